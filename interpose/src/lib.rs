@@ -1,0 +1,1 @@
+//! libfreeride.so — the LD_PRELOAD interposer (issue 3).

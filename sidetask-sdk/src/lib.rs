@@ -1,0 +1,1 @@
+//! Side-task SDK (issue 5).

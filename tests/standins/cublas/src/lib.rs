@@ -1,0 +1,1 @@
+//! Stand-in libcublas.so.13.

@@ -1,0 +1,1 @@
+//! Stand-in libcuda.so.1.

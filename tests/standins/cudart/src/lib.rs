@@ -1,0 +1,1 @@
+//! Stand-in libcudart.so.13.

@@ -1,0 +1,1 @@
+//! Stand-in libnccl.so.2.
