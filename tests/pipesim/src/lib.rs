@@ -1,1 +1,13 @@
-
+//! pipesim: a pipeline-parallel "training job" for the GPU-less test bed.
+//!
+//! * [`schedule`]: which ops (forward, backward, weight-gradient) each rank runs, in which order, and
+//!   what it sends and receives (GPipe, 1F1B, interleaved 1F1B, ZB-H1).
+//! * [`sim`]: a pure discrete-event model of a plan: expected makespan and idle time per rank.
+//! * [`config`]: the job description shared by the launcher and the stage processes.
+//! * [`truth`]: reads the simulated GPU's ground-truth trace and measures iterations and idle time.
+//! * [`standins`]: the folder of stand-in libraries the dynamic linker searches.
+pub mod config;
+pub mod schedule;
+pub mod sim;
+pub mod standins;
+pub mod truth;

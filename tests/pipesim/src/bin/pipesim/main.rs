@@ -1,0 +1,380 @@
+//! pipesim: launches a simulated pipeline-parallel training job (one `pipesim-stage` process per
+//! stage) on the test bed's simulated GPUs, and reports its ground truth.
+//!
+//! It links no CUDA library itself. The stages inherit its environment (LD_PRELOAD included) with
+//! the stand-in folder prepended to LD_LIBRARY_PATH. Progress goes to stderr; `--json` prints the
+//! result on stdout.
+use clap::{Parser, ValueEnum};
+use pipesim::config::{env, ms_to_ns, JobConfig, Style};
+use pipesim::schedule::{Schedule, Shape};
+use pipesim::{sim, standins, truth};
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode};
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ScheduleArg {
+    Gpipe,
+    #[value(name = "1f1b")]
+    OneFOneB,
+    Interleaved,
+    Zbh1,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum StyleArg {
+    Batched,
+    Blocking,
+}
+
+/// Runs a simulated pipeline-parallel training job and reports its idle time (ground truth).
+#[derive(Parser, Debug)]
+#[command(name = "pipesim", version, allow_negative_numbers = true)]
+struct Cli {
+    /// Pipeline schedule.
+    #[arg(long, value_enum, default_value = "1f1b")]
+    schedule: ScheduleArg,
+    /// Pipeline stages (one process and one simulated GPU each).
+    #[arg(long, default_value_t = 4)]
+    stages: u32,
+    /// Micro-batches per iteration.
+    #[arg(long, default_value_t = 8)]
+    microbatches: u32,
+    /// Model chunks per rank (interleaved only; default 2 there, 1 otherwise).
+    #[arg(long)]
+    chunks: Option<u32>,
+    /// Forward time of one micro-batch on one stage, ms.
+    #[arg(long, default_value_t = 10.0)]
+    f: f64,
+    /// Input-gradient backward time, ms.
+    #[arg(long, default_value_t = 10.0)]
+    b: f64,
+    /// Weight-gradient backward time, ms (0: backward is B only).
+    #[arg(long, default_value_t = 10.0)]
+    w: f64,
+    /// Point-to-point transfer time, ms (sizes the messages).
+    #[arg(long, default_value_t = 0.0)]
+    comm: f64,
+    /// All-reduce time at the end of each iteration, ms.
+    #[arg(long, default_value_t = 0.0)]
+    allreduce: f64,
+    /// How stages talk: batched (Megatron) or blocking (DeepSpeed).
+    #[arg(long, value_enum, default_value = "batched")]
+    style: StyleArg,
+    /// Training iterations (the first is left out of the report).
+    #[arg(long, default_value_t = 3)]
+    iterations: u32,
+    /// Print the result as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Keep the ground-truth trace at PATH.
+    #[arg(long, value_name = "PATH")]
+    truth: Option<PathBuf>,
+    /// Give up (and kill the stages) after S seconds.
+    #[arg(long, value_name = "S", default_value_t = 300.0)]
+    timeout: f64,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            let text = e.render().to_string();
+            let first = text
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("bad arguments")
+                .trim();
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("pipesim: {first} (see pipesim --help)");
+            return ExitCode::from(2);
+        }
+    };
+    let (cfg, truth_path) = match config(&cli) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("pipesim: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&cli, &cfg, truth_path) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pipesim: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn config(cli: &Cli) -> Result<(JobConfig, Option<PathBuf>), String> {
+    let schedule = match cli.schedule {
+        ScheduleArg::Gpipe => Schedule::Gpipe,
+        ScheduleArg::OneFOneB => Schedule::OneFOneB,
+        ScheduleArg::Interleaved => Schedule::Interleaved,
+        ScheduleArg::Zbh1 => Schedule::Zbh1,
+    };
+    for (name, v) in [
+        ("--f", cli.f),
+        ("--b", cli.b),
+        ("--w", cli.w),
+        ("--comm", cli.comm),
+        ("--allreduce", cli.allreduce),
+    ] {
+        if !v.is_finite() || v < 0.0 {
+            return Err(format!(
+                "{name} must be a non-negative number of ms, got {v}"
+            ));
+        }
+    }
+    if cli.iterations == 0 {
+        return Err("--iterations must be at least 1".into());
+    }
+    if !(cli.timeout.is_finite() && cli.timeout > 0.0) {
+        return Err("--timeout must be a positive number of seconds".into());
+    }
+    let chunks = cli.chunks.unwrap_or(if schedule == Schedule::Interleaved {
+        2
+    } else {
+        1
+    });
+    let shape = Shape {
+        schedule,
+        stages: cli.stages,
+        microbatches: cli.microbatches,
+        chunks,
+        f_ns: ms_to_ns(cli.f),
+        b_ns: ms_to_ns(cli.b),
+        w_ns: ms_to_ns(cli.w),
+    };
+    let plan = shape.plan()?;
+    sim::simulate(&plan, 0)?;
+    let style = match cli.style {
+        StyleArg::Batched => Style::Batched,
+        StyleArg::Blocking => Style::Blocking,
+    };
+    let cfg = JobConfig {
+        shape,
+        style,
+        comm_ns: ms_to_ns(cli.comm),
+        allreduce_ns: ms_to_ns(cli.allreduce),
+        iterations: cli.iterations,
+    };
+    Ok((cfg, cli.truth.clone()))
+}
+
+/// Removes a folder at the end of the run.
+struct TempDir(Option<PathBuf>);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if let Some(d) = &self.0 {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+fn unique(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{prefix}-{}-{nanos}", std::process::id())
+}
+
+fn run(cli: &Cli, cfg: &JobConfig, truth_path: Option<PathBuf>) -> Result<(), String> {
+    let stage_exe = std::env::current_exe()
+        .map_err(|e| format!("current_exe: {e}"))?
+        .with_file_name("pipesim-stage");
+    if !stage_exe.exists() {
+        return Err(format!(
+            "{} not found (build the pipesim crate)",
+            stage_exe.display()
+        ));
+    }
+    let libs = standins::ensure_dir().map_err(|e| format!("making the stand-in folder: {e}"))?;
+
+    // The simulated GPUs' folder: the caller's (shared with freeride), else a fresh one.
+    let (sim_dir, _sim_cleanup) =
+        match std::env::var_os(simgpu_env::SIM_DIR).filter(|v| !v.is_empty()) {
+            Some(d) => (PathBuf::from(d), TempDir(None)),
+            None => {
+                let d = PathBuf::from("/dev/shm").join(unique("pipesim-sim"));
+                (d.clone(), TempDir(Some(d)))
+            }
+        };
+    std::fs::create_dir_all(&sim_dir)
+        .map_err(|e| format!("creating {}: {e}", sim_dir.display()))?;
+    let job_dir = sim_dir.join(unique("pipesim-job"));
+    std::fs::create_dir_all(&job_dir)
+        .map_err(|e| format!("creating {}: {e}", job_dir.display()))?;
+    let _job_cleanup = TempDir(Some(job_dir.clone()));
+    let (trace, _trace_cleanup) = match truth_path {
+        Some(p) => {
+            let _ = std::fs::remove_file(&p);
+            (p, TempDir(None))
+        }
+        None => {
+            let d = std::env::temp_dir().join(unique("pipesim-truth"));
+            std::fs::create_dir_all(&d).map_err(|e| format!("creating {}: {e}", d.display()))?;
+            (d.join("truth.jsonl"), TempDir(Some(d)))
+        }
+    };
+    let trace = std::path::absolute(&trace).unwrap_or(trace);
+
+    let p = cfg.shape.stages as usize;
+    eprintln!(
+        "pipesim: {} p={} m={} v={} style={} iterations={}",
+        cfg.shape.schedule,
+        p,
+        cfg.shape.microbatches,
+        cfg.shape.chunks,
+        cfg.style.name(),
+        cfg.iterations
+    );
+    let cfg_json = serde_json::to_string(cfg).map_err(|e| e.to_string())?;
+    let mut children: Vec<Child> = Vec::with_capacity(p);
+    for r in 0..p {
+        let child = Command::new(&stage_exe)
+            .env(env::RANK, r.to_string())
+            .env(env::WORLD_SIZE, p.to_string())
+            .env(env::JOB_DIR, &job_dir)
+            .env(env::CONFIG, &cfg_json)
+            .env(simgpu_env::SIM_DIR, &sim_dir)
+            .env(simgpu_env::SIM_TRACE, &trace)
+            .env("LD_LIBRARY_PATH", standins::library_path_with(&libs))
+            .spawn();
+        match child {
+            Ok(c) => children.push(c),
+            Err(e) => {
+                kill_all(&mut children);
+                return Err(format!("starting stage {r}: {e}"));
+            }
+        }
+    }
+    wait_all(&mut children, Duration::from_secs_f64(cli.timeout))?;
+
+    let (records, bad) = truth::read_trace(&trace)
+        .map_err(|e| format!("reading the truth {}: {e}", trace.display()))?;
+    if bad > 0 {
+        eprintln!(
+            "pipesim: warning: {bad} unreadable lines in {}",
+            trace.display()
+        );
+    }
+    let pids: Vec<u32> = children.iter().map(Child::id).collect();
+    let t = truth::analyze(&records, p as u32, Some(pids))?;
+    let s = t.summary(1);
+    eprintln!(
+        "pipesim: iteration {:.3} ms, idle fraction {:.4}, idle per rank {:?} ms",
+        s.iteration_ms,
+        s.idle_fraction,
+        s.idle_ms_per_rank
+            .iter()
+            .map(|v| (v * 1000.0).round() / 1000.0)
+            .collect::<Vec<_>>()
+    );
+    let model = model(cfg)?;
+    if cli.json {
+        let out = serde_json::json!({
+            "iteration_ms": s.iteration_ms,
+            "idle_ms_per_rank": s.idle_ms_per_rank,
+            "idle_fraction": s.idle_fraction,
+            "schedule": cfg.shape.schedule.name(),
+            "style": cfg.style.name(),
+            "stages": cfg.shape.stages,
+            "microbatches": cfg.shape.microbatches,
+            "chunks": cfg.shape.chunks,
+            "iterations": cfg.iterations,
+            "measured_iterations": s.measured_iterations,
+            "pids": t.pids,
+            "model": model,
+        });
+        println!("{out}");
+    }
+    Ok(())
+}
+
+/// What the discrete-event model expects for one iteration (transfer times from the NCCL cost
+/// model, the all-reduce at the end included).
+fn model(cfg: &JobConfig) -> Result<serde_json::Value, String> {
+    let base: u64 = std::env::var("FREERIDE_SIM_NCCL_BASE_NS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let ps = JobConfig::ps_per_byte();
+    let p2p = base + cfg.p2p_bytes() * ps / 1000;
+    let n = u64::from(cfg.shape.stages);
+    let ar = if n > 1 {
+        base + cfg.allreduce_bytes() * 2 * (n - 1) / n * ps / 1000
+    } else {
+        0
+    };
+    let r = sim::simulate(&cfg.shape.plan()?, p2p)?;
+    let it = r.makespan_ns + ar;
+    Ok(serde_json::json!({
+        "iteration_ms": it as f64 / 1e6,
+        "idle_ms_per_rank": r.idle_ns.iter().map(|i| (i + ar) as f64 / 1e6).collect::<Vec<_>>(),
+    }))
+}
+
+/// Names of the simulated GPU's environment (simgpu::abi::env; pipesim does not link simgpu).
+mod simgpu_env {
+    pub const SIM_DIR: &str = "FREERIDE_SIM_DIR";
+    pub const SIM_TRACE: &str = "FREERIDE_SIM_TRACE";
+}
+
+fn kill_all(children: &mut [Child]) {
+    for c in children.iter_mut() {
+        let _ = c.kill();
+    }
+    for c in children.iter_mut() {
+        let _ = c.wait();
+    }
+}
+
+fn describe(status: std::process::ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exit status {c}"),
+        (None, Some(s)) => format!("killed by signal {s}"),
+        _ => status.to_string(),
+    }
+}
+
+/// Waits for every stage; the first failure (or the timeout) kills the others.
+fn wait_all(children: &mut [Child], timeout: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    let mut done = vec![false; children.len()];
+    while done.iter().any(|d| !d) {
+        for (r, c) in children.iter_mut().enumerate() {
+            if done[r] {
+                continue;
+            }
+            match c.try_wait() {
+                Ok(Some(st)) if st.success() => done[r] = true,
+                Ok(Some(st)) => {
+                    kill_all(children);
+                    return Err(format!("stage {r} died: {}", describe(st)));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    kill_all(children);
+                    return Err(format!("stage {r}: wait failed: {e}"));
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            kill_all(children);
+            return Err(format!(
+                "timed out after {:.0} s; stages killed",
+                timeout.as_secs_f64()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
+}

@@ -1,0 +1,119 @@
+//! Events: an event's latest record is a [`Record`] that completes (with a timestamp) when the
+//! stream it was recorded on reaches it.
+use crate::stream::{Op, Stream};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// One recording of an event: completes when its stream executes it.
+#[derive(Default)]
+pub struct Record {
+    done_ns: Mutex<Option<u64>>,
+    cv: Condvar,
+}
+
+impl Record {
+    /// A pending record.
+    pub fn new() -> Record {
+        Record::default()
+    }
+
+    /// Marks the record complete at `ts_ns` and wakes its waiters.
+    pub fn complete(&self, ts_ns: u64) {
+        *self.done_ns.lock().unwrap_or_else(|e| e.into_inner()) = Some(ts_ns);
+        self.cv.notify_all();
+    }
+
+    /// Completion timestamp, or None while pending.
+    pub fn timestamp(&self) -> Option<u64> {
+        *self.done_ns.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Blocks until complete; returns the timestamp.
+    pub fn wait(&self) -> u64 {
+        let mut g = self.done_ns.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(t) = *g {
+                return t;
+            }
+            g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// A CUDA event (`CU_EVENT_*` flags kept as given).
+pub struct Event {
+    flags: u32,
+    current: Mutex<Option<Arc<Record>>>,
+}
+
+/// `CU_EVENT_DISABLE_TIMING`.
+pub const DISABLE_TIMING: u32 = 0x2;
+
+/// Why two events have no elapsed time.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ElapsedError {
+    /// One of them was never recorded or has timing disabled.
+    InvalidHandle,
+    /// One of them has not completed yet.
+    NotReady,
+}
+
+impl Event {
+    /// A new, never recorded event.
+    pub fn new(flags: u32) -> Event {
+        Event {
+            flags,
+            current: Mutex::new(None),
+        }
+    }
+
+    /// The flags given at creation.
+    pub fn flags(&self) -> u32 {
+        self.flags
+    }
+
+    /// Records the event on `stream`: it completes when the stream reaches this point.
+    pub fn record(&self, stream: &Stream) {
+        let rec = Arc::new(Record::new());
+        let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        *cur = Some(rec.clone());
+        stream.enqueue(vec![Op::Record(rec)]);
+    }
+
+    /// The latest record (None if never recorded).
+    pub fn current(&self) -> Option<Arc<Record>> {
+        self.current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Whether all work captured by the latest record is done (true if never recorded).
+    pub fn query(&self) -> bool {
+        match self.current() {
+            Some(r) => r.timestamp().is_some(),
+            None => true,
+        }
+    }
+
+    /// Blocks until the latest record completes.
+    pub fn synchronize(&self) {
+        if let Some(r) = self.current() {
+            r.wait();
+        }
+    }
+
+    /// Nanoseconds from `start`'s record to `end`'s record.
+    pub fn elapsed_ns(start: &Event, end: &Event) -> Result<i64, ElapsedError> {
+        if start.flags & DISABLE_TIMING != 0 || end.flags & DISABLE_TIMING != 0 {
+            return Err(ElapsedError::InvalidHandle);
+        }
+        let (a, b) = match (start.current(), end.current()) {
+            (Some(a), Some(b)) => (a, b),
+            _ => return Err(ElapsedError::InvalidHandle),
+        };
+        match (a.timestamp(), b.timestamp()) {
+            (Some(a), Some(b)) => Ok(b as i64 - a as i64),
+            _ => Err(ElapsedError::NotReady),
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! The ground truth: one JSON line per executed kernel, appended to `$FREERIDE_SIM_TRACE` with one
+//! `write()` per line (the file is opened `O_APPEND`, so lines of concurrent processes do not mix).
+use std::os::unix::io::AsRawFd;
+use std::sync::OnceLock;
+
+/// One kernel execution.
+pub struct TruthLine<'a> {
+    pub device: i32,
+    pub pid: i32,
+    /// The `CUstream` handle value the kernel was launched on (0: legacy default stream).
+    pub stream: u64,
+    pub kernel: &'a str,
+    pub comm: bool,
+    /// The driver entry point that queued the kernel.
+    pub api: &'a str,
+    pub graph: bool,
+    pub queued_ns: u64,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// Escapes `s` for a JSON string body.
+pub fn json_escape(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            '\n' => o.push_str("\\n"),
+            '\r' => o.push_str("\\r"),
+            '\t' => o.push_str("\\t"),
+            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+impl TruthLine<'_> {
+    /// The line, newline included, in the format of TESTBED.md.
+    pub fn to_json(&self) -> String {
+        format!(
+            "{{\"device\":{},\"pid\":{},\"stream\":{},\"kernel\":\"{}\",\"kind\":\"{}\",\"api\":\"{}\",\"graph\":{},\"queued_ns\":{},\"start_ns\":{},\"end_ns\":{}}}\n",
+            self.device,
+            self.pid,
+            self.stream,
+            json_escape(self.kernel),
+            if self.comm { "comm" } else { "compute" },
+            json_escape(self.api),
+            self.graph,
+            self.queued_ns,
+            self.start_ns,
+            self.end_ns
+        )
+    }
+}
+
+static TRACE: OnceLock<Option<std::fs::File>> = OnceLock::new();
+
+fn trace_file() -> Option<&'static std::fs::File> {
+    TRACE
+        .get_or_init(|| {
+            let path = crate::config::trace_path()?;
+            std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(path)
+                .ok()
+        })
+        .as_ref()
+}
+
+/// Appends `line` to the trace if `$FREERIDE_SIM_TRACE` is set (errors are ignored).
+pub fn write(line: &TruthLine<'_>) {
+    let Some(f) = trace_file() else { return };
+    let s = line.to_json();
+    // SAFETY: one write() of a buffer we own to an fd that lives as long as the process.
+    unsafe { libc::write(f.as_raw_fd(), s.as_ptr().cast(), s.len()) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_format() {
+        let l = TruthLine {
+            device: 1,
+            pid: 42,
+            stream: 0,
+            kernel: "fwd\"x",
+            comm: false,
+            api: "cuLaunchKernel",
+            graph: false,
+            queued_ns: 1,
+            start_ns: 2,
+            end_ns: 3,
+        };
+        assert_eq!(
+            l.to_json(),
+            "{\"device\":1,\"pid\":42,\"stream\":0,\"kernel\":\"fwd\\\"x\",\"kind\":\"compute\",\"api\":\"cuLaunchKernel\",\"graph\":false,\"queued_ns\":1,\"start_ns\":2,\"end_ns\":3}\n"
+        );
+    }
+}

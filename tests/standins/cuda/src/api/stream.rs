@@ -1,0 +1,108 @@
+//! Streams.
+use crate::guard::{guard, out, CuResult};
+use crate::state::{self, StreamObj, STREAMS};
+use crate::types::*;
+use simgpu::{Op, Stream};
+use std::sync::Arc;
+
+fn create(phstream: *mut CUstream) -> CuResult {
+    let ctx = state::current()?;
+    let stream = Stream::new(ctx.device.clone()).map_err(|_| CUDA_ERROR_OPERATING_SYSTEM)?;
+    ctx.streams
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(stream.clone());
+    let h = STREAMS.insert(Arc::new(StreamObj { stream, ctx }));
+    out(phstream, h as CUstream)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamCreate(phstream: *mut CUstream, _flags: u32) -> CUresult {
+    guard(|| create(phstream))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamCreateWithPriority(
+    phstream: *mut CUstream,
+    _flags: u32,
+    _priority: i32,
+) -> CUresult {
+    guard(|| create(phstream))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamDestroy_v2(hstream: CUstream) -> CUresult {
+    guard(|| {
+        state::require_init()?;
+        let obj = STREAMS
+            .remove(hstream as usize)
+            .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        obj.ctx
+            .streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|s| !s.same(&obj.stream));
+        // Queued work still completes; then the executor exits.
+        obj.stream.close();
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamDestroy(hstream: CUstream) -> CUresult {
+    cuStreamDestroy_v2(hstream)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamSynchronize(hstream: CUstream) -> CUresult {
+    guard(|| {
+        state::stream(hstream)?.synchronize();
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamSynchronize_ptsz(hstream: CUstream) -> CUresult {
+    cuStreamSynchronize(hstream)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamQuery(hstream: CUstream) -> CUresult {
+    guard(|| {
+        if state::stream(hstream)?.query() {
+            Ok(())
+        } else {
+            Err(CUDA_ERROR_NOT_READY)
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamQuery_ptsz(hstream: CUstream) -> CUresult {
+    cuStreamQuery(hstream)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamWaitEvent(
+    hstream: CUstream,
+    hevent: CUevent,
+    _flags: u32,
+) -> CUresult {
+    guard(|| {
+        let stream = state::stream(hstream)?;
+        // The wait is on the event's latest record as of this call; never recorded: no-op.
+        if let Some(rec) = state::event(hevent)?.current() {
+            stream.enqueue(vec![Op::Wait(rec)]);
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamWaitEvent_ptsz(
+    hstream: CUstream,
+    hevent: CUevent,
+    flags: u32,
+) -> CUresult {
+    cuStreamWaitEvent(hstream, hevent, flags)
+}
