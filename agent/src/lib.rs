@@ -1,2 +1,5 @@
 //! The freeride agent's library: bubble inference and the pieces the `freeride` binary is built from.
+pub mod collect;
 pub mod inference;
+pub mod node;
+pub mod sim;

@@ -3,9 +3,11 @@
 //! * [`schedule`]: which ops (forward, backward, weight-gradient) each rank runs, in which order, and
 //!   what it sends and receives (GPipe, 1F1B, interleaved 1F1B, ZB-H1).
 //! * [`sim`]: a pure discrete-event model of a plan: expected makespan and idle time per rank.
+//! * [`cli`]: the job's flags, shared by `pipesim` and `freeride sim`.
 //! * [`config`]: the job description shared by the launcher and the stage processes.
 //! * [`truth`]: reads the simulated GPU's ground-truth trace and measures iterations and idle time.
 //! * [`standins`]: the folder of stand-in libraries the dynamic linker searches.
+pub mod cli;
 pub mod config;
 pub mod schedule;
 pub mod sim;

@@ -266,9 +266,8 @@ impl Stage {
             return Ok(());
         }
         let link = &self.p2p[0];
-        if !sends.is_empty() {
-            self.compute.then(&link.lane)?;
-        }
+        // Like PyTorch's ProcessGroupNCCL: every op's stream first waits for the compute queued so far.
+        self.compute.then(&link.lane)?;
         self.nccl.group_start()?;
         for t in sends {
             self.nccl.send(
@@ -298,6 +297,8 @@ impl Stage {
     fn blocking_recvs(&self, recvs: &[Transfer]) -> Result<(), String> {
         for t in recvs {
             let (link, peer) = self.link_to(t.peer as usize)?;
+            // Like PyTorch's ProcessGroupNCCL: the op's stream first waits for the compute queued so far.
+            self.compute.then(&link.lane)?;
             self.nccl
                 .recv(link.comm, peer, self.p2p_bytes, link.lane.stream)?;
             link.lane.synchronize()?;

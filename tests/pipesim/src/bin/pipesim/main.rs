@@ -4,67 +4,21 @@
 //! It links no CUDA library itself. The stages inherit its environment (LD_PRELOAD included) with
 //! the stand-in folder prepended to LD_LIBRARY_PATH. Progress goes to stderr; `--json` prints the
 //! result on stdout.
-use clap::{Parser, ValueEnum};
-use pipesim::config::{env, ms_to_ns, JobConfig, Style};
-use pipesim::schedule::{Schedule, Shape};
+use clap::Parser;
+use pipesim::cli::JobArgs;
+use pipesim::config::{env, JobConfig};
 use pipesim::{sim, standins, truth};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum ScheduleArg {
-    Gpipe,
-    #[value(name = "1f1b")]
-    OneFOneB,
-    Interleaved,
-    Zbh1,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum StyleArg {
-    Batched,
-    Blocking,
-}
-
 /// Runs a simulated pipeline-parallel training job and reports its idle time (ground truth).
 #[derive(Parser, Debug)]
 #[command(name = "pipesim", version, allow_negative_numbers = true)]
 struct Cli {
-    /// Pipeline schedule.
-    #[arg(long, value_enum, default_value = "1f1b")]
-    schedule: ScheduleArg,
-    /// Pipeline stages (one process and one simulated GPU each).
-    #[arg(long, default_value_t = 4)]
-    stages: u32,
-    /// Micro-batches per iteration.
-    #[arg(long, default_value_t = 8)]
-    microbatches: u32,
-    /// Model chunks per rank (interleaved only; default 2 there, 1 otherwise).
-    #[arg(long)]
-    chunks: Option<u32>,
-    /// Forward time of one micro-batch on one stage, ms.
-    #[arg(long, default_value_t = 10.0)]
-    f: f64,
-    /// Input-gradient backward time, ms.
-    #[arg(long, default_value_t = 10.0)]
-    b: f64,
-    /// Weight-gradient backward time, ms (0: backward is B only).
-    #[arg(long, default_value_t = 10.0)]
-    w: f64,
-    /// Point-to-point transfer time, ms (sizes the messages).
-    #[arg(long, default_value_t = 0.0)]
-    comm: f64,
-    /// All-reduce time at the end of each iteration, ms.
-    #[arg(long, default_value_t = 0.0)]
-    allreduce: f64,
-    /// How stages talk: batched (Megatron) or blocking (DeepSpeed).
-    #[arg(long, value_enum, default_value = "batched")]
-    style: StyleArg,
-    /// Training iterations (the first is left out of the report).
-    #[arg(long, default_value_t = 3)]
-    iterations: u32,
+    #[command(flatten)]
+    job: JobArgs,
     /// Print the result as JSON on stdout.
     #[arg(long)]
     json: bool,
@@ -112,59 +66,10 @@ fn main() -> ExitCode {
 }
 
 fn config(cli: &Cli) -> Result<(JobConfig, Option<PathBuf>), String> {
-    let schedule = match cli.schedule {
-        ScheduleArg::Gpipe => Schedule::Gpipe,
-        ScheduleArg::OneFOneB => Schedule::OneFOneB,
-        ScheduleArg::Interleaved => Schedule::Interleaved,
-        ScheduleArg::Zbh1 => Schedule::Zbh1,
-    };
-    for (name, v) in [
-        ("--f", cli.f),
-        ("--b", cli.b),
-        ("--w", cli.w),
-        ("--comm", cli.comm),
-        ("--allreduce", cli.allreduce),
-    ] {
-        if !v.is_finite() || v < 0.0 {
-            return Err(format!(
-                "{name} must be a non-negative number of ms, got {v}"
-            ));
-        }
-    }
-    if cli.iterations == 0 {
-        return Err("--iterations must be at least 1".into());
-    }
     if !(cli.timeout.is_finite() && cli.timeout > 0.0) {
         return Err("--timeout must be a positive number of seconds".into());
     }
-    let chunks = cli.chunks.unwrap_or(if schedule == Schedule::Interleaved {
-        2
-    } else {
-        1
-    });
-    let shape = Shape {
-        schedule,
-        stages: cli.stages,
-        microbatches: cli.microbatches,
-        chunks,
-        f_ns: ms_to_ns(cli.f),
-        b_ns: ms_to_ns(cli.b),
-        w_ns: ms_to_ns(cli.w),
-    };
-    let plan = shape.plan()?;
-    sim::simulate(&plan, 0)?;
-    let style = match cli.style {
-        StyleArg::Batched => Style::Batched,
-        StyleArg::Blocking => Style::Blocking,
-    };
-    let cfg = JobConfig {
-        shape,
-        style,
-        comm_ns: ms_to_ns(cli.comm),
-        allreduce_ns: ms_to_ns(cli.allreduce),
-        iterations: cli.iterations,
-    };
-    Ok((cfg, cli.truth.clone()))
+    Ok((cli.job.to_config()?, cli.truth.clone()))
 }
 
 /// Removes a folder at the end of the run.

@@ -1,0 +1,203 @@
+//! Reads every process's event ring in the session directory and turns trainers' events into
+//! [`Obs`]ervations for the bubble detectors.
+//!
+//! Processes come and go: the directory is rescanned every [`RESCAN_NS`]; a ring whose writer is gone
+//! is drained and then closed. A ring that cannot be opened (not yet initialized, another layout
+//! version, not ours) is retried at the next scan and reported once.
+use crate::inference::{CommSig, Ns, Obs};
+use freeride_abi::event::{Decoded, Event, Kind};
+use freeride_abi::reader::{OpenError, RingReader};
+use freeride_abi::{session, Api, Role};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+/// How often the session directory is listed for new rings.
+pub const RESCAN_NS: Ns = 20_000_000;
+/// Records taken from one ring per poll (so that one busy ring cannot starve the others).
+const MAX_PER_POLL: usize = 4096;
+
+/// One observation of a trainer, with where it comes from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TrainerObs {
+    pub pid: u32,
+    pub device: i32,
+    pub obs: Obs,
+}
+
+/// What the agent knows of a process with a ring.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProcessView {
+    pub pid: u32,
+    pub role: Option<Role>,
+    pub device: i32,
+    pub gone: bool,
+    pub events: u64,
+    pub dropped: u64,
+    pub invalid: u64,
+}
+
+struct Proc {
+    reader: RingReader,
+    view: ProcessView,
+    /// Signatures of the NCCL groups being built, by group id.
+    groups: HashMap<u32, CommSig>,
+}
+
+/// The session directory's rings.
+pub struct Collector {
+    dir: PathBuf,
+    procs: HashMap<PathBuf, Proc>,
+    refused: HashSet<PathBuf>,
+    /// Messages about rings that could not be read, for the operator (drained by the caller).
+    pub warnings: Vec<String>,
+    last_scan: Option<Ns>,
+    buf: Vec<Decoded>,
+}
+
+impl Collector {
+    pub fn new(dir: &Path) -> Collector {
+        Collector {
+            dir: dir.to_path_buf(),
+            procs: HashMap::new(),
+            refused: HashSet::new(),
+            warnings: Vec::new(),
+            last_scan: None,
+            buf: Vec::with_capacity(MAX_PER_POLL),
+        }
+    }
+
+    /// Takes what the rings hold now; appends trainers' observations to `out` (time order within
+    /// one process). `now` is when the agent looks: the `seen` time of GPU-side observations.
+    pub fn poll(&mut self, now: Ns, out: &mut Vec<TrainerObs>) {
+        if self.last_scan.is_none_or(|t| now.saturating_sub(t) >= RESCAN_NS) {
+            self.scan();
+            self.last_scan = Some(now);
+        }
+        let mut finished = vec![];
+        for (path, p) in self.procs.iter_mut() {
+            let gone_before = p.reader.writer_gone();
+            self.buf.clear();
+            let st = p.reader.poll(MAX_PER_POLL, &mut self.buf);
+            p.view.events += st.records;
+            p.view.invalid += st.invalid;
+            for d in &self.buf {
+                translate(p, d, now, out);
+            }
+            let info = p.reader.info();
+            p.view.dropped = info.dropped;
+            if info.device >= 0 {
+                p.view.device = info.device;
+            }
+            if gone_before && st.records == 0 && st.skipped == 0 {
+                p.view.gone = true;
+                finished.push(path.clone());
+            }
+        }
+        for path in finished {
+            self.procs.remove(&path);
+        }
+    }
+
+    fn scan(&mut self) {
+        let Ok(paths) = session::list_rings(&self.dir) else { return };
+        for path in paths {
+            if self.procs.contains_key(&path) {
+                continue;
+            }
+            match RingReader::open(&path) {
+                Ok(reader) => {
+                    let info = reader.info();
+                    self.refused.remove(&path);
+                    let view = ProcessView {
+                        pid: info.pid,
+                        role: info.role,
+                        device: info.device,
+                        gone: false,
+                        events: 0,
+                        dropped: info.dropped,
+                        invalid: 0,
+                    };
+                    self.procs.insert(path, Proc { reader, view, groups: HashMap::new() });
+                }
+                // A ring being created: try again at the next scan.
+                Err(OpenError::BadMagic) => {}
+                Err(e) => {
+                    if self.refused.insert(path.clone()) {
+                        self.warnings.push(format!("ignoring {}: {e}", path.display()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The processes whose rings are open now.
+    pub fn processes(&self) -> Vec<ProcessView> {
+        let mut v: Vec<ProcessView> = self.procs.values().map(|p| p.view.clone()).collect();
+        v.sort_by_key(|p| p.pid);
+        v
+    }
+}
+
+/// The key of a comm op or of a group's work, as comm begin/end records name it.
+fn op_key(op: u32, group: u32) -> u64 {
+    (group as u64) << 32 | op as u64
+}
+
+fn sig_of(api: Api, peer: i32, bytes: u64) -> CommSig {
+    let collective = matches!(
+        api,
+        Api::NcclAllReduce | Api::NcclReduceScatter | Api::NcclAllGather | Api::NcclBroadcast
+    );
+    CommSig {
+        has_send: api == Api::NcclSend,
+        has_recv: api == Api::NcclRecv,
+        collective,
+        peer: if collective { -1 } else { peer },
+        bytes,
+    }
+}
+
+fn translate(p: &mut Proc, d: &Decoded, now: Ns, out: &mut Vec<TrainerObs>) {
+    if d.device >= 0 && matches!(d.kind, Kind::Launch | Kind::CommOp) {
+        p.view.device = d.device;
+    }
+    if p.view.role != Some(Role::Trainer) {
+        return;
+    }
+    let obs = match d.event {
+        Event::Launch { .. } | Event::GraphLaunch { .. } => Obs::Launch { t: d.t_ns },
+        Event::CommOp { peer, bytes, op, group, .. } => {
+            let sig = sig_of(d.api, peer, bytes);
+            if group != 0 {
+                let g = p.groups.entry(group).or_insert(CommSig {
+                    has_send: false,
+                    has_recv: false,
+                    collective: false,
+                    peer,
+                    bytes: 0,
+                });
+                g.has_send |= sig.has_send;
+                g.has_recv |= sig.has_recv;
+                g.collective |= sig.collective;
+                g.bytes += bytes;
+                if g.peer != peer {
+                    g.peer = -1;
+                }
+                return;
+            }
+            Obs::CommIssue { t: d.t_ns, id: op_key(op, 0), sig }
+        }
+        Event::CommGroup { depth: 0, group } if d.api == Api::NcclGroupEnd => {
+            let Some(sig) = p.groups.remove(&group) else { return };
+            Obs::CommIssue { t: d.t_ns, id: op_key(0, group), sig }
+        }
+        Event::CommBegin { op, group, .. } => {
+            Obs::CommBegin { id: op_key(if group != 0 { 0 } else { op }, group), t: d.t_ns, seen: now }
+        }
+        Event::CommEnd { op, group, .. } => {
+            Obs::CommEnd { id: op_key(if group != 0 { 0 } else { op }, group), t: d.t_ns, seen: now }
+        }
+        _ => return,
+    };
+    out.push(TrainerObs { pid: p.view.pid, device: p.view.device, obs });
+}

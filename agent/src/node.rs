@@ -1,0 +1,118 @@
+//! The agent of one node: reads the rings, keeps one bubble detector per trainer, and knows each
+//! GPU's state now.
+use crate::collect::{Collector, ProcessView, TrainerObs};
+use crate::inference::{Bubble, Detector, Ns};
+use crate::inference::detector::OpenBubble;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// A closed bubble of a trainer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BubbleRecord {
+    pub pid: u32,
+    pub device: i32,
+    pub bubble: Bubble,
+}
+
+/// What the agent knows of one GPU now.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuState {
+    pub device: i32,
+    pub trainers: Vec<u32>,
+    pub open: Option<OpenBubble>,
+    /// Iteration period of its trainer, once learnt.
+    pub period_ns: Option<Ns>,
+    pub ops_per_iteration: usize,
+    pub bubble_ns_total: u64,
+    pub bubbles: u64,
+}
+
+struct Trainer {
+    device: i32,
+    detector: Detector,
+}
+
+/// The node's agent state; [`Node::step`] advances it.
+pub struct Node {
+    collector: Collector,
+    trainers: BTreeMap<u32, Trainer>,
+    obs: Vec<TrainerObs>,
+    /// Closed bubbles since the last [`Node::take_closed`].
+    closed: Vec<BubbleRecord>,
+    totals: BTreeMap<i32, (u64, u64)>,
+}
+
+impl Node {
+    pub fn new(dir: &Path) -> Node {
+        Node {
+            collector: Collector::new(dir),
+            trainers: BTreeMap::new(),
+            obs: Vec::new(),
+            closed: Vec::new(),
+            totals: BTreeMap::new(),
+        }
+    }
+
+    /// Reads what is new in the rings at time `now` and updates every GPU's state. Returns the
+    /// number of observations processed.
+    pub fn step(&mut self, now: Ns) -> usize {
+        self.obs.clear();
+        self.collector.poll(now, &mut self.obs);
+        for o in &self.obs {
+            let t = self
+                .trainers
+                .entry(o.pid)
+                .or_insert_with(|| Trainer { device: o.device, detector: Detector::new() });
+            if o.device >= 0 {
+                t.device = o.device;
+            }
+            t.detector.observe(o.obs);
+            for b in t.detector.take_closed() {
+                let tot = self.totals.entry(t.device).or_default();
+                tot.0 += b.end - b.start;
+                tot.1 += 1;
+                self.closed.push(BubbleRecord { pid: o.pid, device: t.device, bubble: b });
+            }
+        }
+        let live: Vec<u32> = self.collector.processes().iter().map(|p| p.pid).collect();
+        self.trainers.retain(|pid, _| live.contains(pid));
+        self.obs.len()
+    }
+
+    /// Bubbles closed since the last call.
+    pub fn take_closed(&mut self) -> Vec<BubbleRecord> {
+        std::mem::take(&mut self.closed)
+    }
+
+    /// Warnings about unreadable rings since the last call.
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.collector.warnings)
+    }
+
+    pub fn processes(&self) -> Vec<ProcessView> {
+        self.collector.processes()
+    }
+
+    /// Every GPU with a trainer, in device order.
+    pub fn gpus(&self) -> Vec<GpuState> {
+        let mut by_dev: BTreeMap<i32, GpuState> = BTreeMap::new();
+        for (pid, t) in &self.trainers {
+            let (total, n) = self.totals.get(&t.device).copied().unwrap_or_default();
+            let g = by_dev.entry(t.device).or_insert_with(|| GpuState {
+                device: t.device,
+                trainers: vec![],
+                open: None,
+                period_ns: None,
+                ops_per_iteration: 0,
+                bubble_ns_total: total,
+                bubbles: n,
+            });
+            g.trainers.push(*pid);
+            g.open = g.open.or(t.detector.open_now());
+            let p = t.detector.pattern();
+            g.period_ns = g.period_ns.or(p.period_ns());
+            g.ops_per_iteration = g.ops_per_iteration.max(p.ops_per_iteration());
+        }
+        by_dev.into_values().collect()
+    }
+}

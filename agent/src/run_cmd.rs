@@ -1,0 +1,87 @@
+//! `freeride run [--role trainer|sidetask] [--dir DIR] [--trace PATH] -- CMD ARGS...`
+//!
+//! Execs CMD (same pid, signals and exit status as CMD itself) with `LD_PRELOAD` prepended with
+//! libfreeride.so, `FREERIDE_ROLE` and `FREERIDE_DIR` set, after creating the session directory
+//! (mode 0700). The library is `$FREERIDE_LIB`, else `libfreeride.so` next to this executable,
+//! else `../lib/libfreeride.so` relative to it.
+use clap::{Args, ValueEnum};
+use freeride_abi::{env, session};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum RoleArg {
+    Trainer,
+    Sidetask,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Role of the process: a trainer is observed; a side task is (later) gated.
+    #[arg(long, value_enum, default_value = "trainer")]
+    pub role: RoleArg,
+    /// Session directory (default: $FREERIDE_DIR, else /dev/shm/freeride-<uid>).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Also write every event as a JSON line to this file (FREERIDE_TRACE).
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// The command and its arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, num_args = 1..)]
+    pub command: Vec<String>,
+}
+
+fn find_lib() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("FREERIDE_LIB") {
+        return Some(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    [
+        dir.join("libfreeride.so"),
+        dir.join("../lib/libfreeride.so"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+    .and_then(|p| p.canonicalize().ok())
+}
+
+pub fn main(a: RunArgs) -> i32 {
+    let dir = a.dir.clone().unwrap_or_else(session::resolve_dir);
+    let dir = if dir.is_relative() {
+        std::env::current_dir().map(|c| c.join(&dir)).unwrap_or(dir)
+    } else {
+        dir
+    };
+    if let Err(e) = session::ensure_dir(&dir) {
+        eprintln!("freeride run: session directory {}: {e}", dir.display());
+        return 2;
+    }
+    let Some(lib) = find_lib() else {
+        eprintln!("freeride run: libfreeride.so not found (set FREERIDE_LIB, or install it next to the freeride binary)");
+        return 2;
+    };
+    let preload = match std::env::var("LD_PRELOAD") {
+        Ok(p) if !p.is_empty() => format!("{} {p}", lib.display()),
+        _ => lib.display().to_string(),
+    };
+    let role = match a.role {
+        RoleArg::Trainer => "trainer",
+        RoleArg::Sidetask => "sidetask",
+    };
+    let mut cmd = std::process::Command::new(&a.command[0]);
+    cmd.args(&a.command[1..])
+        .env("LD_PRELOAD", preload)
+        .env(env::ROLE, role)
+        .env(env::DIR, &dir);
+    if let Some(t) = &a.trace {
+        cmd.env(env::TRACE, t);
+    }
+    let err = cmd.exec();
+    eprintln!("freeride run: cannot run {}: {err}", a.command[0]);
+    if err.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    }
+}

@@ -1,0 +1,217 @@
+//! `freeride sim`: runs pipesim under freeride with the agent in this process, then measures the
+//! agent's bubbles against the simulated GPU's ground truth.
+//!
+//! The agent loop here is the same [`Node`] the daemon runs; it sees the job only through the rings.
+//! Scoring (iterations after the second, all ranks):
+//! * the agent's bubbles are the intervals it held a bubble open live: from when it saw the bubble
+//!   begin to when it saw it end;
+//! * precision = bubble time that was truly idle / all bubble time; recall = true idle time covered /
+//!   all true idle time;
+//! * detection latency = when the agent saw a bubble open minus when the GPU truly went idle, for
+//!   every true idle interval of at least [`MIN_SCORED_IDLE_NS`] that a bubble overlaps.
+use crate::inference::score::{clip, merge, Tally};
+use crate::inference::Ns;
+use crate::node::{BubbleRecord, Node};
+use freeride_abi::{env, now_ns, session};
+use pipesim::cli::JobArgs;
+use pipesim::truth::{self, Truth};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// True idle intervals shorter than this are left out of the detection-latency figures (they are
+/// in precision and recall).
+pub const MIN_SCORED_IDLE_NS: Ns = 1_000_000;
+/// The agent loop's poll period.
+pub const POLL_NS: u64 = 50_000;
+/// Iterations left out of the scores (the agent learns during them).
+pub const WARMUP_ITERATIONS: usize = 2;
+
+/// What one simulated run measured.
+#[derive(Debug, Clone)]
+pub struct SimResult {
+    pub truth: Truth,
+    pub bubbles: Vec<BubbleRecord>,
+    pub events: u64,
+    pub dropped: u64,
+    pub warnings: Vec<String>,
+}
+
+/// Scores of the agent's bubbles against the truth.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scores {
+    pub iteration_ms: f64,
+    pub bubble_fraction: f64,
+    pub precision: f64,
+    pub recall: f64,
+    pub detect_latency_us: Vec<f64>,
+    pub missed_idle_intervals: usize,
+    pub scored_iterations: usize,
+    pub predicted_end_error_us: Vec<f64>,
+}
+
+/// Where the binaries are: next to this executable (target/<profile>/ or an install's bin/).
+pub fn sibling(name: &str) -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find my own executable: {e}"))?;
+    let dir = exe.parent().ok_or("executable has no folder")?;
+    for d in [dir.to_path_buf(), dir.join(".."), dir.join("../lib")] {
+        let p = d.join(name);
+        if p.exists() {
+            return Ok(p);
+        }
+    }
+    Err(format!("{name} not found next to {} (build the workspace: cargo build --release)", exe.display()))
+}
+
+/// A folder under /dev/shm (mode 0700) removed on drop.
+pub struct ScratchDir(pub PathBuf);
+
+impl ScratchDir {
+    pub fn new(tag: &str) -> Result<ScratchDir, String> {
+        let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+        let p = base.join(format!("freeride-{tag}-{}-{}", std::process::id(), now_ns()));
+        session::ensure_dir(&p).map_err(|e| format!("cannot create {}: {e}", p.display()))?;
+        Ok(ScratchDir(p))
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs the agent loop over `dir` until `stop` is set, then drains the rings once more.
+pub fn agent_loop(dir: &Path, stop: &AtomicBool) -> (Vec<BubbleRecord>, u64, u64, Vec<String>) {
+    // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack (wake on time to poll).
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+    let mut node = Node::new(dir);
+    let mut bubbles = vec![];
+    let mut warnings = vec![];
+    let (mut events, mut dropped) = (0u64, 0u64);
+    let mut tally = |node: &mut Node, bubbles: &mut Vec<BubbleRecord>| {
+        events += node.step(now_ns()) as u64;
+        bubbles.extend(node.take_closed());
+        warnings.extend(node.take_warnings());
+        for p in node.processes() {
+            dropped = dropped.max(p.dropped);
+        }
+    };
+    while !stop.load(Ordering::Acquire) {
+        tally(&mut node, &mut bubbles);
+        std::thread::sleep(Duration::from_nanos(POLL_NS));
+    }
+    tally(&mut node, &mut bubbles);
+    (bubbles, events, dropped, warnings)
+}
+
+/// Runs pipesim for `job` under freeride with an agent; returns the truth and what the agent saw.
+/// `progress`: pipesim's progress lines go to our stderr.
+pub fn run(job: &JobArgs, extra_env: &[(String, String)], progress: bool) -> Result<SimResult, String> {
+    job.to_config()?;
+    let lib = sibling("libfreeride.so")?;
+    let pipesim = sibling("pipesim")?;
+    let session = ScratchDir::new("session")?;
+    let sim_dir = ScratchDir::new("gpu")?;
+    let truth_path = sim_dir.0.join("truth.jsonl");
+    let stop = Arc::new(AtomicBool::new(false));
+    let agent = {
+        let (dir, stop) = (session.0.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("freeride-agent".into())
+            .spawn(move || agent_loop(&dir, &stop))
+            .map_err(|e| format!("cannot start the agent thread: {e}"))?
+    };
+    let mut cmd = Command::new(&pipesim);
+    cmd.args(job.to_argv())
+        .arg("--truth")
+        .arg(&truth_path)
+        .env("LD_PRELOAD", &lib)
+        .env(env::ROLE, "trainer")
+        .env(env::DIR, &session.0)
+        .env("FREERIDE_SIM_DIR", &sim_dir.0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(if progress { Stdio::inherit() } else { Stdio::piped() });
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().map_err(|e| format!("cannot start {}: {e}", pipesim.display()));
+    stop.store(true, Ordering::Release);
+    let (bubbles, events, dropped, warnings) = agent.join().map_err(|_| "the agent thread panicked")?;
+    let out = out?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(format!("pipesim failed ({}): {}", out.status, err.trim()));
+    }
+    let (records, bad) = truth::read_trace(&truth_path).map_err(|e| format!("reading the ground truth: {e}"))?;
+    if bad > 0 {
+        return Err(format!("{bad} unreadable lines in the ground truth"));
+    }
+    let truth = truth::analyze(&records, job.stages, None)?;
+    Ok(SimResult { truth, bubbles, events, dropped, warnings })
+}
+
+fn percentile(v: &mut [f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let i = ((v.len() - 1) as f64 * q).round() as usize;
+    v[i]
+}
+
+/// p50 and p99 of a sample (NaN when empty).
+pub fn p50_p99(v: &[f64]) -> (f64, f64) {
+    let mut v = v.to_vec();
+    (percentile(&mut v, 0.5), percentile(&mut v, 0.99))
+}
+
+/// Scores the agent's bubbles against the truth over the iterations after the warm-up.
+pub fn score(r: &SimResult) -> Scores {
+    let its = &r.truth.iterations;
+    let skip = if its.len() > WARMUP_ITERATIONS { WARMUP_ITERATIONS } else { its.len().saturating_sub(1) };
+    let scored = &its[skip..];
+    let mut tally = Tally::default();
+    let mut latencies = vec![];
+    let mut end_errors = vec![];
+    let mut missed = 0;
+    let (mut window_ns, mut idle_ns) = (0u64, 0u64);
+    for (rank, &pid) in r.truth.pids.iter().enumerate() {
+        let mine: Vec<&BubbleRecord> = r.bubbles.iter().filter(|b| b.pid == pid).collect();
+        let live = merge(mine.iter().map(|b| (b.bubble.opened_seen, b.bubble.closed_seen)).collect());
+        for it in scored {
+            let rw = &it.ranks[rank];
+            let truth_iv = merge(rw.idle_intervals.clone());
+            let pred = clip(&live, it.start_ns, it.end_ns);
+            tally.add(Tally::of(&pred, &truth_iv));
+            window_ns += it.end_ns - it.start_ns;
+            idle_ns += rw.idle_ns;
+            for &(a, b) in truth_iv.iter().filter(|(a, b)| b - a >= MIN_SCORED_IDLE_NS) {
+                match mine.iter().find(|m| m.bubble.start < b && m.bubble.end > a) {
+                    Some(m) => latencies.push(m.bubble.opened_seen.saturating_sub(a) as f64 / 1e3),
+                    None => missed += 1,
+                }
+            }
+            for m in mine.iter().filter(|m| m.bubble.start >= it.start_ns && m.bubble.start < it.end_ns) {
+                if let Some(p) = m.bubble.predicted_end {
+                    end_errors.push((p as f64 - m.bubble.end as f64).abs() / 1e3);
+                }
+            }
+        }
+    }
+    let n = scored.len().max(1) as f64;
+    let iteration_ms = scored.iter().map(|i| (i.end_ns - i.start_ns) as f64).sum::<f64>() / n / 1e6;
+    Scores {
+        iteration_ms,
+        bubble_fraction: if window_ns == 0 { 0.0 } else { idle_ns as f64 / window_ns as f64 },
+        precision: tally.precision(),
+        recall: tally.recall(),
+        detect_latency_us: latencies,
+        missed_idle_intervals: missed,
+        scored_iterations: scored.len(),
+        predicted_end_error_us: end_errors,
+    }
+}

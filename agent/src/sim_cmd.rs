@@ -1,0 +1,91 @@
+//! `freeride sim`: pipesim under freeride with the agent, scored against the ground truth.
+use clap::Args;
+use freeride_agent::sim::{self, p50_p99};
+use pipesim::cli::JobArgs;
+use serde_json::json;
+
+#[derive(Args, Debug)]
+pub struct SimArgs {
+    #[command(flatten)]
+    job: JobArgs,
+    /// Print one JSON report on stdout (otherwise a short summary).
+    #[arg(long)]
+    json: bool,
+}
+
+/// Rounds to `d` decimals for the report.
+fn r(v: f64, d: i32) -> serde_json::Value {
+    if v.is_finite() {
+        let k = 10f64.powi(d);
+        json!((v * k).round() / k)
+    } else {
+        serde_json::Value::Null
+    }
+}
+
+pub fn main(a: SimArgs) -> i32 {
+    let res = match sim::run(&a.job, &[], !a.json) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("freeride sim: {e}");
+            return if e.contains("must") || e.contains("needs") { 2 } else { 1 };
+        }
+    };
+    for w in &res.warnings {
+        eprintln!("freeride sim: warning: {w}");
+    }
+    if let Ok(path) = std::env::var("FREERIDE_SIM_DUMP") {
+        let dump = json!({
+            "pids": res.truth.pids,
+            "iterations": res.truth.iterations.iter().map(|it| json!({
+                "start": it.start_ns, "end": it.end_ns,
+                "idle": it.ranks.iter().map(|r| r.idle_intervals.clone()).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "bubbles": res.bubbles.iter().map(|b| json!([b.pid, b.bubble.start, b.bubble.end, b.bubble.opened_seen, b.bubble.closed_seen])).collect::<Vec<_>>(),
+        });
+        if let Err(e) = std::fs::write(&path, dump.to_string()) {
+            eprintln!("freeride sim: cannot write {path}: {e}");
+        }
+    }
+    let s = sim::score(&res);
+    let (lat50, lat99) = p50_p99(&s.detect_latency_us);
+    let (err50, err99) = p50_p99(&s.predicted_end_error_us);
+    let cfg = a.job.to_config().expect("checked by sim::run");
+    let report = json!({
+        "schedule": a.job.schedule_name(),
+        "stages": a.job.stages,
+        "microbatches": a.job.microbatches,
+        "chunks": cfg.shape.chunks,
+        "style": a.job.style_name(),
+        "iterations": a.job.iterations,
+        "scored_iterations": s.scored_iterations,
+        "truth": { "iteration_ms": r(s.iteration_ms, 3), "bubble_fraction": r(s.bubble_fraction, 4) },
+        "inference": {
+            "precision": r(s.precision, 4),
+            "recall": r(s.recall, 4),
+            "detect_latency_us_p50": r(lat50, 1),
+            "detect_latency_us_p99": r(lat99, 1),
+            "missed_idle_intervals": s.missed_idle_intervals,
+            "predicted_end_error_us_p50": r(err50, 1),
+            "predicted_end_error_us_p99": r(err99, 1),
+            "bubbles": res.bubbles.len(),
+        },
+        "agent": { "events": res.events, "dropped": res.dropped },
+    });
+    if a.json {
+        println!("{report}");
+    } else {
+        println!(
+            "{} p={} m={}: iteration {:.1} ms, bubbles {:.1}% of GPU time; agent precision {:.3}, recall {:.3}, detection p50 {:.0} us",
+            a.job.schedule_name(),
+            a.job.stages,
+            a.job.microbatches,
+            s.iteration_ms,
+            s.bubble_fraction * 100.0,
+            s.precision,
+            s.recall,
+            lat50
+        );
+    }
+    0
+}

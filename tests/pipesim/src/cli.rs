@@ -1,0 +1,155 @@
+//! The job's command-line flags, shared by `pipesim` and `freeride sim`.
+use crate::config::{ms_to_ns, JobConfig, Style};
+use crate::schedule::{Schedule, Shape};
+use crate::sim;
+use clap::{Args, ValueEnum};
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum ScheduleArg {
+    Gpipe,
+    #[value(name = "1f1b")]
+    OneFOneB,
+    Interleaved,
+    Zbh1,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum StyleArg {
+    Batched,
+    Blocking,
+}
+
+/// The flags that describe a simulated training job.
+#[derive(Args, Clone, Debug)]
+pub struct JobArgs {
+    /// Pipeline schedule.
+    #[arg(long, value_enum, default_value = "1f1b")]
+    pub schedule: ScheduleArg,
+    /// Pipeline stages (one process and one simulated GPU each).
+    #[arg(long, default_value_t = 4)]
+    pub stages: u32,
+    /// Micro-batches per iteration.
+    #[arg(long, default_value_t = 8)]
+    pub microbatches: u32,
+    /// Model chunks per rank (interleaved only; default 2 there, 1 otherwise).
+    #[arg(long)]
+    pub chunks: Option<u32>,
+    /// Forward time of one micro-batch on one stage, ms.
+    #[arg(long, default_value_t = 10.0)]
+    pub f: f64,
+    /// Input-gradient backward time, ms.
+    #[arg(long, default_value_t = 10.0)]
+    pub b: f64,
+    /// Weight-gradient backward time, ms (0: backward is B only).
+    #[arg(long, default_value_t = 10.0)]
+    pub w: f64,
+    /// Point-to-point transfer time, ms (sizes the messages).
+    #[arg(long, default_value_t = 0.0)]
+    pub comm: f64,
+    /// All-reduce time at the end of each iteration, ms.
+    #[arg(long, default_value_t = 0.0)]
+    pub allreduce: f64,
+    /// How stages talk: batched (Megatron) or blocking (DeepSpeed).
+    #[arg(long, value_enum, default_value = "batched")]
+    pub style: StyleArg,
+    /// Training iterations (the first is left out of the report).
+    #[arg(long, default_value_t = 3)]
+    pub iterations: u32,
+}
+
+impl JobArgs {
+    /// The schedule's name on the command line.
+    pub fn schedule_name(&self) -> String {
+        self.schedule.to_possible_value().expect("no skipped variants").get_name().to_string()
+    }
+
+    /// The style's name on the command line.
+    pub fn style_name(&self) -> String {
+        self.style.to_possible_value().expect("no skipped variants").get_name().to_string()
+    }
+
+    /// The flags again, as `pipesim` takes them.
+    pub fn to_argv(&self) -> Vec<String> {
+        let schedule = self.schedule.to_possible_value().expect("no skipped variants");
+        let style = self.style.to_possible_value().expect("no skipped variants");
+        let mut v = vec![
+            "--schedule".into(),
+            schedule.get_name().into(),
+            "--stages".into(),
+            self.stages.to_string(),
+            "--microbatches".into(),
+            self.microbatches.to_string(),
+        ];
+        if let Some(c) = self.chunks {
+            v.extend(["--chunks".into(), c.to_string()]);
+        }
+        for (flag, ms) in
+            [("--f", self.f), ("--b", self.b), ("--w", self.w), ("--comm", self.comm), ("--allreduce", self.allreduce)]
+        {
+            v.extend([flag.into(), ms.to_string()]);
+        }
+        v.extend([
+            "--style".into(),
+            style.get_name().into(),
+            "--iterations".into(),
+            self.iterations.to_string(),
+        ]);
+        v
+    }
+
+    /// Checks the flags and describes the job; the error says what is wrong.
+    pub fn to_config(&self) -> Result<JobConfig, String> {
+        let cli = self;
+    let schedule = match cli.schedule {
+        ScheduleArg::Gpipe => Schedule::Gpipe,
+        ScheduleArg::OneFOneB => Schedule::OneFOneB,
+        ScheduleArg::Interleaved => Schedule::Interleaved,
+        ScheduleArg::Zbh1 => Schedule::Zbh1,
+    };
+    for (name, v) in [
+        ("--f", cli.f),
+        ("--b", cli.b),
+        ("--w", cli.w),
+        ("--comm", cli.comm),
+        ("--allreduce", cli.allreduce),
+    ] {
+        if !v.is_finite() || v < 0.0 {
+            return Err(format!(
+                "{name} must be a non-negative number of ms, got {v}"
+            ));
+        }
+    }
+    if cli.iterations == 0 {
+        return Err("--iterations must be at least 1".into());
+    }
+    let chunks = cli.chunks.unwrap_or(if schedule == Schedule::Interleaved {
+        2
+    } else {
+        1
+    });
+    let shape = Shape {
+        schedule,
+        stages: cli.stages,
+        microbatches: cli.microbatches,
+        chunks,
+        f_ns: ms_to_ns(cli.f),
+        b_ns: ms_to_ns(cli.b),
+        w_ns: ms_to_ns(cli.w),
+    };
+    let plan = shape.plan()?;
+    sim::simulate(&plan, 0)?;
+    let style = match cli.style {
+        StyleArg::Batched => Style::Batched,
+        StyleArg::Blocking => Style::Blocking,
+    };
+    let cfg = JobConfig {
+        shape,
+        style,
+        comm_ns: ms_to_ns(cli.comm),
+        allreduce_ns: ms_to_ns(cli.allreduce),
+        iterations: cli.iterations,
+    };
+    Ok(cfg)
+    }
+}
+
