@@ -165,7 +165,7 @@ fn translate(p: &mut Proc, d: &Decoded, now: Ns, out: &mut Vec<TrainerObs>) {
         return;
     }
     let obs = match d.event {
-        Event::Launch { .. } | Event::GraphLaunch { .. } => Obs::Launch { t: d.t_ns },
+        Event::Launch { in_comm: false, .. } | Event::GraphLaunch { .. } => Obs::Launch { t: d.t_ns },
         Event::CommOp { peer, bytes, op, group, .. } => {
             let sig = sig_of(d.api, peer, bytes);
             if group != 0 {

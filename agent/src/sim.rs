@@ -3,10 +3,13 @@
 //!
 //! The agent loop here is the same [`Node`] the daemon runs; it sees the job only through the rings.
 //! Scoring (iterations after the second, all ranks):
-//! * the agent's bubbles are the intervals it held a bubble open live: from when it saw the bubble
-//!   begin to when it saw it end;
-//! * precision = bubble time that was truly idle / all bubble time; recall = true idle time covered /
-//!   all true idle time;
+//! * the agent's predicted bubbles: from the GPU-side begin the interposer reported to the end the
+//!   agent predicted when the bubble opened (its learnt duration for that position of the
+//!   iteration); where nothing was learnt yet, to the observed end;
+//! * precision = predicted bubble time that was truly idle / all predicted bubble time; recall = true
+//!   idle time covered / all true idle time;
+//! * the same two for the live bubbles: from when the agent saw a bubble begin to when it saw it end
+//!   (what a scheduler can act on);
 //! * detection latency = when the agent saw a bubble open minus when the GPU truly went idle, for
 //!   every true idle interval of at least [`MIN_SCORED_IDLE_NS`] that a bubble overlaps.
 use crate::inference::score::{clip, merge, Tally};
@@ -46,6 +49,8 @@ pub struct Scores {
     pub bubble_fraction: f64,
     pub precision: f64,
     pub recall: f64,
+    pub live_precision: f64,
+    pub live_recall: f64,
     pub detect_latency_us: Vec<f64>,
     pub missed_idle_intervals: usize,
     pub scored_iterations: usize,
@@ -175,6 +180,7 @@ pub fn score(r: &SimResult) -> Scores {
     let skip = if its.len() > WARMUP_ITERATIONS { WARMUP_ITERATIONS } else { its.len().saturating_sub(1) };
     let scored = &its[skip..];
     let mut tally = Tally::default();
+    let mut live_tally = Tally::default();
     let mut latencies = vec![];
     let mut end_errors = vec![];
     let mut missed = 0;
@@ -182,11 +188,16 @@ pub fn score(r: &SimResult) -> Scores {
     for (rank, &pid) in r.truth.pids.iter().enumerate() {
         let mine: Vec<&BubbleRecord> = r.bubbles.iter().filter(|b| b.pid == pid).collect();
         let live = merge(mine.iter().map(|b| (b.bubble.opened_seen, b.bubble.closed_seen)).collect());
+        let predicted = merge(
+            mine.iter()
+                .map(|b| (b.bubble.start, b.bubble.predicted_end.unwrap_or(b.bubble.end)))
+                .collect(),
+        );
         for it in scored {
             let rw = &it.ranks[rank];
             let truth_iv = merge(rw.idle_intervals.clone());
-            let pred = clip(&live, it.start_ns, it.end_ns);
-            tally.add(Tally::of(&pred, &truth_iv));
+            tally.add(Tally::of(&clip(&predicted, it.start_ns, it.end_ns), &truth_iv));
+            live_tally.add(Tally::of(&clip(&live, it.start_ns, it.end_ns), &truth_iv));
             window_ns += it.end_ns - it.start_ns;
             idle_ns += rw.idle_ns;
             for &(a, b) in truth_iv.iter().filter(|(a, b)| b - a >= MIN_SCORED_IDLE_NS) {
@@ -209,6 +220,8 @@ pub fn score(r: &SimResult) -> Scores {
         bubble_fraction: if window_ns == 0 { 0.0 } else { idle_ns as f64 / window_ns as f64 },
         precision: tally.precision(),
         recall: tally.recall(),
+        live_precision: live_tally.precision(),
+        live_recall: live_tally.recall(),
         detect_latency_us: latencies,
         missed_idle_intervals: missed,
         scored_iterations: scored.len(),

@@ -41,7 +41,7 @@ pub fn main(a: SimArgs) -> i32 {
                 "start": it.start_ns, "end": it.end_ns,
                 "idle": it.ranks.iter().map(|r| r.idle_intervals.clone()).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
-            "bubbles": res.bubbles.iter().map(|b| json!([b.pid, b.bubble.start, b.bubble.end, b.bubble.opened_seen, b.bubble.closed_seen])).collect::<Vec<_>>(),
+            "bubbles": res.bubbles.iter().map(|b| json!([b.pid, b.bubble.start, b.bubble.end, b.bubble.opened_seen, b.bubble.closed_seen, b.bubble.predicted_end])).collect::<Vec<_>>(),
         });
         if let Err(e) = std::fs::write(&path, dump.to_string()) {
             eprintln!("freeride sim: cannot write {path}: {e}");
@@ -63,6 +63,8 @@ pub fn main(a: SimArgs) -> i32 {
         "inference": {
             "precision": r(s.precision, 4),
             "recall": r(s.recall, 4),
+            "live_precision": r(s.live_precision, 4),
+            "live_recall": r(s.live_recall, 4),
             "detect_latency_us_p50": r(lat50, 1),
             "detect_latency_us_p99": r(lat99, 1),
             "missed_idle_intervals": s.missed_idle_intervals,

@@ -1,1 +1,19 @@
 //! libfreeride.so — the LD_PRELOAD interposer (issue 3).
+//!
+//! * [`hooks`]: the one table of hooked names and all wrappers (runtime, driver, NCCL, dlsym).
+//! * [`dl`]: our `dlsym` (exact caller semantics for names we do not hook) and real-symbol lookup.
+//! * [`rt`]: process state (lazy init state machine, rings, fork/exit handling) and the hook path.
+//! * [`comm`]: GPU-side timing of NCCL ops: driver event pool and the lazily started poller.
+//! * [`trace`]: `FREERIDE_TRACE` JSON-lines writer thread.
+//! * [`gate`]: the side-task gate extension point (a later issue).
+//!
+//! Hook-path rules: no allocation, no lock, no system call, no panic; a per-thread re-entrancy
+//! guard; one atomic state check, a clock read, a push into a preallocated ring, the real call.
+#![allow(clippy::missing_safety_doc)]
+
+pub mod comm;
+pub mod dl;
+pub mod gate;
+pub mod hooks;
+pub mod rt;
+pub mod trace;

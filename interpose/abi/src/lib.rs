@@ -1,1 +1,58 @@
-//! Shared-memory layout and event/grant formats (versioned). Filled in by issue 3.
+//! Shared-memory layout and event formats of freeride (versioned).
+//!
+//! This crate is the ONE place that defines:
+//! * the session directory and the names of the files in it ([`session`]);
+//! * the per-process event ring: header, slot and record layout, the lock-free multi-producer push
+//!   used by the interposer and the single-consumer pop used by the agent ([`ring`]);
+//! * event kinds, the hooked API ids and their C names, and the decoded [`event::Event`] ([`event`]);
+//! * the JSON-lines form of an event used by `FREERIDE_TRACE` ([`json`]);
+//! * a safe reader for the agent that validates every byte it reads from shared memory ([`reader`]);
+//! * the (reserved) per-GPU grant control block of the side-task gate ([`grant`]).
+//!
+//! Everything in shared memory is little-endian, fixed-size, and only ever accessed through atomics,
+//! so a hostile or corrupt writer can make a reader see garbage values but never crash it.
+pub mod event;
+pub mod grant;
+pub mod json;
+pub mod reader;
+pub mod ring;
+pub mod session;
+
+pub use event::{Api, Event, Kind, Record, Role};
+
+/// Layout version of the ring (header + slots + record words). Bumped on any incompatible change.
+pub const RING_LAYOUT_VERSION: u32 = 1;
+
+/// Environment variables read by the interposer and set by `freeride run`.
+pub mod env {
+    /// Session directory (default: [`crate::session::default_dir`]).
+    pub const DIR: &str = "FREERIDE_DIR";
+    /// `trainer` (default) or `sidetask`.
+    pub const ROLE: &str = "FREERIDE_ROLE";
+    /// If set: every event is also appended as a JSON line to this file.
+    pub const TRACE: &str = "FREERIDE_TRACE";
+    /// Ring capacity in records (power of two, clamped to [`crate::ring::MIN_CAPACITY`]..=
+    /// [`crate::ring::MAX_CAPACITY`]; default [`crate::ring::DEFAULT_CAPACITY`]).
+    pub const RING_CAPACITY: &str = "FREERIDE_RING_CAPACITY";
+    /// `0` disables the GPU-side communication timing (driver events + poller thread).
+    pub const COMM_TIMING: &str = "FREERIDE_COMM_TIMING";
+    /// Poll interval of the comm-timing poller while ops are in flight, µs (default 50; idle 4x).
+    pub const POLL_US: &str = "FREERIDE_POLL_US";
+    /// `1` disables all recording (pure pass-through), for A/B measurements.
+    pub const DISABLE: &str = "FREERIDE_DISABLE";
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the one clock of freeride and of the test bed.
+#[inline(always)]
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime only writes the timespec we own; CLOCK_MONOTONIC always exists on Linux
+    // (served by the vDSO, no system call).
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
+}

@@ -1,0 +1,81 @@
+//! The per-GPU grant control block of the side-task gate (RESERVED: layout fixed here, the gate
+//! and the scheduler that use it come in a later issue).
+//!
+//! File `grant-gpu<N>` in the session directory, [`GRANT_FILE_SIZE`] bytes, written by the agent
+//! only, read by side-task interposers on every launch:
+//!
+//! | offset | size | field |
+//! | --- | --- | --- |
+//! | 0 | 8 | `magic` = [`GRANT_MAGIC`] ("FRGRANT\x01") |
+//! | 8 | 4 | `version` = [`GRANT_LAYOUT_VERSION`] |
+//! | 12 | 4 | `device` |
+//! | 16 | 4 | `agent_pid` |
+//! | 20 | 4 | `state`: [`GRANT_CLOSED`] or [`GRANT_OPEN`] |
+//! | 64 | 8 | `epoch`: seqlock word, odd while the agent updates the fields below |
+//! | 72 | 8 | `open_until_ns`: CLOCK_MONOTONIC deadline of the current grant |
+//! | 80 | 8 | `budget_ns`: GPU time the side tasks may queue in this grant |
+//! | 88 | 8 | `mem_budget_bytes`: device memory side tasks may hold |
+//! | 96 | 8 | `heartbeat_ns`: last time the agent touched the block (stale => closed) |
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+pub const GRANT_MAGIC: u64 = u64::from_le_bytes(*b"FRGRANT\x01");
+pub const GRANT_LAYOUT_VERSION: u32 = 1;
+pub const GRANT_FILE_SIZE: usize = 4096;
+pub const GRANT_CLOSED: u32 = 0;
+pub const GRANT_OPEN: u32 = 1;
+
+#[repr(C, align(64))]
+pub struct GrantBlock {
+    pub magic: AtomicU64,
+    pub version: AtomicU32,
+    pub device: AtomicU32,
+    pub agent_pid: AtomicU32,
+    pub state: AtomicU32,
+    _r0: [u64; 5],
+    pub epoch: AtomicU64,
+    pub open_until_ns: AtomicU64,
+    pub budget_ns: AtomicU64,
+    pub mem_budget_bytes: AtomicU64,
+    pub heartbeat_ns: AtomicU64,
+    _r1: [u64; 3],
+}
+
+const _: () = assert!(std::mem::offset_of!(GrantBlock, epoch) == 64);
+const _: () = assert!(std::mem::size_of::<GrantBlock>() <= GRANT_FILE_SIZE);
+
+/// A consistent copy of a grant (placeholder for the gate of a later issue).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Grant {
+    pub open: bool,
+    pub open_until_ns: u64,
+    pub budget_ns: u64,
+    pub mem_budget_bytes: u64,
+    pub heartbeat_ns: u64,
+    pub epoch: u64,
+}
+
+impl GrantBlock {
+    /// Reads a consistent snapshot; `None` if the block is invalid or being updated.
+    /// A caller must treat `None` as "closed".
+    pub fn snapshot(&self) -> Option<Grant> {
+        if self.magic.load(Ordering::Acquire) != GRANT_MAGIC
+            || self.version.load(Ordering::Relaxed) != GRANT_LAYOUT_VERSION
+        {
+            return None;
+        }
+        let e1 = self.epoch.load(Ordering::Acquire);
+        if e1 & 1 == 1 {
+            return None;
+        }
+        let g = Grant {
+            open: self.state.load(Ordering::Relaxed) == GRANT_OPEN,
+            open_until_ns: self.open_until_ns.load(Ordering::Relaxed),
+            budget_ns: self.budget_ns.load(Ordering::Relaxed),
+            mem_budget_bytes: self.mem_budget_bytes.load(Ordering::Relaxed),
+            heartbeat_ns: self.heartbeat_ns.load(Ordering::Relaxed),
+            epoch: e1,
+        };
+        std::sync::atomic::fence(Ordering::Acquire);
+        (self.epoch.load(Ordering::Relaxed) == e1).then_some(g)
+    }
+}

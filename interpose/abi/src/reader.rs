@@ -1,0 +1,418 @@
+//! Safe reader for the agent: opens a ring file, validates its header, and pops decoded events.
+//!
+//! Every value read from the mapping is treated as untrusted: the geometry is validated once at
+//! open and then kept in the reader's own memory; records with an unknown kind or api are counted
+//! as invalid and skipped; a slot that a producer reserved but never committed is skipped after
+//! [`RingReader::set_stuck_timeout`]. Nothing in the file's contents can make the reader read out
+//! of bounds, loop forever or panic.
+//!
+//! Threat model: the session directory is 0700 and ring files must be owned by the reader's uid.
+//! Shrinking a mapped file (which would raise SIGBUS) needs the same uid, which could also just
+//! kill the agent, so it is outside the model.
+use crate::event::Decoded;
+use crate::ring::{Geometry, Pop, RingView, HEADER_SIZE, RING_MAGIC, SLOT_SIZE, STATE_EXITED};
+use crate::{Role, RING_LAYOUT_VERSION};
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+
+/// Why a ring file was refused.
+#[derive(Debug)]
+pub enum OpenError {
+    Io(io::Error),
+    /// Not (yet) a ring: wrong magic (the creator may still be initializing it).
+    BadMagic,
+    /// A ring of another layout version.
+    Version(u32),
+    /// Inconsistent header or file (message says what).
+    Invalid(String),
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpenError::Io(e) => write!(f, "i/o error: {e}"),
+            OpenError::BadMagic => write!(f, "not a freeride ring (bad magic)"),
+            OpenError::Version(v) => {
+                write!(
+                    f,
+                    "ring layout version {v}, this build reads {RING_LAYOUT_VERSION}"
+                )
+            }
+            OpenError::Invalid(s) => write!(f, "invalid ring: {s}"),
+        }
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+impl From<io::Error> for OpenError {
+    fn from(e: io::Error) -> Self {
+        OpenError::Io(e)
+    }
+}
+
+/// Header facts of a ring (a snapshot; `device`, `state` and `dropped` change over time).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RingInfo {
+    pub path: PathBuf,
+    pub pid: u32,
+    pub role: Option<Role>,
+    pub start_ns: u64,
+    pub capacity: u32,
+    pub device: i32,
+    pub exited: bool,
+    pub dropped: u64,
+}
+
+/// Counters of one [`RingReader::poll`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PollStats {
+    pub records: u64,
+    /// Records with an unknown kind/api (corrupt or newer layout), skipped.
+    pub invalid: u64,
+    /// Slots reserved but never committed, skipped after the stuck timeout.
+    pub skipped: u64,
+}
+
+pub struct RingReader {
+    path: PathBuf,
+    map: *mut libc::c_void,
+    len: usize,
+    view: RingView,
+    cursor: u64,
+    pid: u32,
+    role: Option<Role>,
+    start_ns: u64,
+    capacity: u32,
+    pending_since: Option<(u64, u64)>,
+    stuck_timeout_ns: u64,
+}
+
+// SAFETY: the reader owns its mapping; all shared accesses are atomic.
+unsafe impl Send for RingReader {}
+
+impl RingReader {
+    /// Opens and validates a ring file. The reader becomes the ring's (single) consumer.
+    pub fn open(path: &Path) -> Result<RingReader, OpenError> {
+        let c = crate::session::cstring(path)?;
+        // SAFETY: c is a valid NUL-terminated path; flags are plain constants.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        let res = Self::open_fd(path, fd);
+        // SAFETY: fd is ours; the mapping (if any) stays valid after close.
+        unsafe { libc::close(fd) };
+        res
+    }
+
+    fn open_fd(path: &Path, fd: i32) -> Result<RingReader, OpenError> {
+        let md = std::fs::metadata(format!("/proc/self/fd/{fd}"))?;
+        if !md.file_type().is_file() {
+            return Err(OpenError::Invalid("not a regular file".into()));
+        }
+        // SAFETY: geteuid has no preconditions.
+        if md.uid() != unsafe { libc::geteuid() } {
+            return Err(OpenError::Invalid(format!("owned by uid {}", md.uid())));
+        }
+        let len = md.len();
+        if len < HEADER_SIZE as u64
+            || len > crate::ring::file_size(crate::ring::MAX_CAPACITY) as u64
+        {
+            return Err(OpenError::Invalid(format!("file size {len}")));
+        }
+        let len = len as usize;
+        // SAFETY: mapping `len` bytes of a regular file of that size, shared, read-write.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error().into());
+        }
+        let unmap = |e: OpenError| {
+            // SAFETY: map/len come from the successful mmap above and are unmapped once.
+            unsafe { libc::munmap(map, len) };
+            Err(e)
+        };
+        // Read the header through a minimal view (capacity 1 covers only the header words).
+        // SAFETY: the mapping holds at least HEADER_SIZE bytes and is page aligned.
+        let hv = unsafe { RingView::new(map as *mut u8, Geometry { capacity: 1 }) };
+        let h = hv.header();
+        if h.magic.load(Ordering::Acquire) != RING_MAGIC {
+            return unmap(OpenError::BadMagic);
+        }
+        let version = h.version.load(Ordering::Relaxed);
+        if version != RING_LAYOUT_VERSION {
+            return unmap(OpenError::Version(version));
+        }
+        let hs = h.header_size.load(Ordering::Relaxed);
+        let ss = h.slot_size.load(Ordering::Relaxed);
+        let cap = h.capacity.load(Ordering::Relaxed);
+        if hs as usize != HEADER_SIZE || ss as usize != SLOT_SIZE {
+            return unmap(OpenError::Invalid(format!(
+                "header_size {hs}, slot_size {ss}"
+            )));
+        }
+        if !cap.is_power_of_two()
+            || !(crate::ring::MIN_CAPACITY..=crate::ring::MAX_CAPACITY).contains(&cap)
+        {
+            return unmap(OpenError::Invalid(format!("capacity {cap}")));
+        }
+        if crate::ring::file_size(cap) > len {
+            return unmap(OpenError::Invalid(format!(
+                "capacity {cap} exceeds file size {len}"
+            )));
+        }
+        let pid = h.pid.load(Ordering::Relaxed);
+        let start_ns = h.start_ns.load(Ordering::Relaxed);
+        let role = Role::from_u32(h.role.load(Ordering::Relaxed));
+        if let Some((fp, ft)) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(crate::session::parse_ring_file_name)
+        {
+            if fp != pid || ft != start_ns {
+                return unmap(OpenError::Invalid("header does not match file name".into()));
+            }
+        }
+        // SAFETY: validated: the mapping holds file_size(cap) bytes and stays mapped until drop.
+        let view = unsafe { RingView::new(map as *mut u8, Geometry { capacity: cap }) };
+        let cursor = view.header().tail.load(Ordering::Acquire);
+        Ok(RingReader {
+            path: path.to_path_buf(),
+            map,
+            len,
+            view,
+            cursor,
+            pid,
+            role,
+            start_ns,
+            capacity: cap,
+            pending_since: None,
+            stuck_timeout_ns: 200_000_000,
+        })
+    }
+
+    /// How long a reserved-but-uncommitted slot may block the reader before it is skipped
+    /// (default 200 ms).
+    pub fn set_stuck_timeout(&mut self, ns: u64) {
+        self.stuck_timeout_ns = ns;
+    }
+
+    pub fn info(&self) -> RingInfo {
+        let h = self.view.header();
+        RingInfo {
+            path: self.path.clone(),
+            pid: self.pid,
+            role: self.role,
+            start_ns: self.start_ns,
+            capacity: self.capacity,
+            device: h.device.load(Ordering::Relaxed),
+            exited: h.state.load(Ordering::Relaxed) == STATE_EXITED,
+            dropped: h.dropped.load(Ordering::Relaxed),
+        }
+    }
+
+    /// True when the writer marked the ring exited, or its process is gone.
+    pub fn writer_gone(&self) -> bool {
+        self.info().exited || !crate::session::pid_alive(self.pid)
+    }
+
+    /// Pops up to `max` events into `out`.
+    pub fn poll(&mut self, max: usize, out: &mut Vec<Decoded>) -> PollStats {
+        let mut st = PollStats::default();
+        while (st.records + st.invalid + st.skipped) < max as u64 {
+            match self.view.pop(&mut self.cursor) {
+                Pop::Record(r) => {
+                    self.pending_since = None;
+                    match Decoded::from_record(&r) {
+                        Some(d) => {
+                            st.records += 1;
+                            out.push(d);
+                        }
+                        None => st.invalid += 1,
+                    }
+                }
+                Pop::Empty => break,
+                Pop::Pending => {
+                    let now = crate::now_ns();
+                    match self.pending_since {
+                        Some((pos, since)) if pos == self.cursor => {
+                            if now.saturating_sub(since) >= self.stuck_timeout_ns
+                                || self.writer_gone()
+                            {
+                                self.view.skip(&mut self.cursor);
+                                self.pending_since = None;
+                                st.skipped += 1;
+                                continue;
+                            }
+                        }
+                        _ => self.pending_since = Some((self.cursor, now)),
+                    }
+                    break;
+                }
+            }
+        }
+        st
+    }
+}
+
+impl Drop for RingReader {
+    fn drop(&mut self) {
+        // SAFETY: map/len come from our successful mmap and are unmapped exactly once.
+        unsafe { libc::munmap(self.map, self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Api, Kind, Record};
+    use std::io::Write;
+
+    fn tmpdir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("frabi-rd-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        crate::session::ensure_dir(&d).unwrap();
+        d
+    }
+
+    /// Creates a ring file like the interposer does and returns a writer view on it.
+    fn make(dir: &Path, cap: u32) -> (PathBuf, RingView) {
+        let p = dir.join(crate::session::ring_file_name(7, 9));
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&p)
+            .unwrap();
+        f.set_len(crate::ring::file_size(cap) as u64).unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: mapping the file we just sized.
+        let m = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                crate::ring::file_size(cap),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(m, libc::MAP_FAILED);
+        // SAFETY: m maps file_size(cap) bytes; leaked for the test's duration.
+        let v = unsafe { RingView::new(m as *mut u8, Geometry { capacity: cap }) };
+        v.initialize(7, 0, 9);
+        (p, v)
+    }
+
+    #[test]
+    fn read_back() {
+        let d = tmpdir("rb");
+        let (p, w) = make(&d, 1024);
+        for i in 0..10 {
+            w.push(&Record {
+                t_ns: i,
+                kind: Kind::Launch as u8,
+                api: Api::CuLaunchKernel as u16,
+                ..Default::default()
+            });
+        }
+        w.push(&Record {
+            kind: 250,
+            ..Default::default()
+        });
+        let mut r = RingReader::open(&p).unwrap();
+        assert_eq!(r.info().pid, 7);
+        let mut out = vec![];
+        let st = r.poll(1000, &mut out);
+        assert_eq!(st.records, 10);
+        assert_eq!(st.invalid, 1);
+        assert_eq!(out[3].t_ns, 3);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn stuck_slot_is_skipped() {
+        let d = tmpdir("stuck");
+        let (p, w) = make(&d, 1024);
+        // Reserve slot 0 without committing it, then commit one after it.
+        w.header().head.store(1, Ordering::Relaxed);
+        w.push(&Record {
+            kind: Kind::Launch as u8,
+            api: 1,
+            ..Default::default()
+        });
+        let mut r = RingReader::open(&p).unwrap();
+        r.set_stuck_timeout(1_000_000);
+        let mut out = vec![];
+        assert_eq!(r.poll(10, &mut out).records, 0);
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        let st = r.poll(10, &mut out);
+        assert_eq!(st.skipped, 1);
+        assert_eq!(st.records + r.poll(10, &mut out).records, 1);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn hostile_files_never_crash() {
+        let d = tmpdir("hostile");
+        // Too small, wrong magic, absurd capacity, lying sizes.
+        let p = d.join("ring-1-1.ring");
+        std::fs::File::create(&p)
+            .unwrap()
+            .write_all(&[0u8; 100])
+            .unwrap();
+        assert!(RingReader::open(&p).is_err());
+        let (p2, w) = make(&d, 1024);
+        w.header().capacity.store(1 << 30, Ordering::Relaxed);
+        assert!(RingReader::open(&p2).is_err());
+        w.header().capacity.store(3000, Ordering::Relaxed);
+        assert!(RingReader::open(&p2).is_err());
+        w.header().capacity.store(1 << 20, Ordering::Relaxed);
+        assert!(RingReader::open(&p2).is_err());
+        w.header().capacity.store(1024, Ordering::Relaxed);
+        w.header().version.store(99, Ordering::Relaxed);
+        assert!(matches!(RingReader::open(&p2), Err(OpenError::Version(99))));
+        w.header()
+            .version
+            .store(RING_LAYOUT_VERSION, Ordering::Relaxed);
+        let mut r = RingReader::open(&p2).unwrap();
+        r.set_stuck_timeout(0);
+        // Scribble pseudo-random garbage over all slots and the cursors, then poll a lot.
+        let mut x = 0x1234_5678_9abc_def0u64;
+        for round in 0..50 {
+            // SAFETY: writing within the file_size(1024) bytes the writer view maps.
+            unsafe {
+                let base = w.base() as *mut u64;
+                for i in 8..(crate::ring::file_size(1024) / 8) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    if (x & 7) == 0 || round % 5 == 0 {
+                        std::ptr::write_volatile(base.add(i), x);
+                    }
+                }
+            }
+            let mut out = vec![];
+            let _ = r.poll(5000, &mut out);
+            let _ = r.info();
+        }
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

@@ -1,0 +1,149 @@
+//! The session directory: where rings (and later grant blocks) live.
+//!
+//! * Default: `/dev/shm/freeride-<uid>`, mode 0700, owned by the user; `FREERIDE_DIR` overrides.
+//! * `ring-<pid>-<start_ns>.ring`: one event ring per process instance (a new one after fork or
+//!   exec: the pid alone is not unique across exec).
+//! * `grant-gpu<N>`: the per-GPU grant control block of the side-task gate (reserved, see
+//!   [`crate::grant`]).
+//! * `agent.pid`: reserved for the agent.
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+pub const RING_PREFIX: &str = "ring-";
+pub const RING_SUFFIX: &str = ".ring";
+pub const GRANT_PREFIX: &str = "grant-gpu";
+pub const AGENT_PID_FILE: &str = "agent.pid";
+
+/// `/dev/shm/freeride-<uid>`.
+pub fn default_dir() -> PathBuf {
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    PathBuf::from(format!("/dev/shm/freeride-{uid}"))
+}
+
+/// `FREERIDE_DIR` if set and non-empty, else [`default_dir`].
+pub fn resolve_dir() -> PathBuf {
+    match std::env::var_os(crate::env::DIR) {
+        Some(v) if !v.is_empty() => PathBuf::from(v),
+        _ => default_dir(),
+    }
+}
+
+/// Checks that `dir` is a real directory (not a symlink) owned by us and not accessible to
+/// group or others.
+pub fn validate_dir(dir: &Path) -> io::Result<()> {
+    let md = std::fs::symlink_metadata(dir)?;
+    if !md.file_type().is_dir() {
+        return Err(io::Error::other(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
+    }
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    if md.uid() != uid {
+        return Err(io::Error::other(format!(
+            "{} is owned by uid {}, not by us ({uid})",
+            dir.display(),
+            md.uid()
+        )));
+    }
+    if md.mode() & 0o077 != 0 {
+        return Err(io::Error::other(format!(
+            "{} has mode {:o}; it must not be accessible to others (0700)",
+            dir.display(),
+            md.mode() & 0o777
+        )));
+    }
+    Ok(())
+}
+
+/// Creates the session directory (mode 0700) if needed and validates it.
+pub fn ensure_dir(dir: &Path) -> io::Result<()> {
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {
+            // umask may have cleared bits we want; make it exactly 0700.
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    validate_dir(dir)
+}
+
+pub fn ring_file_name(pid: u32, start_ns: u64) -> String {
+    format!("{RING_PREFIX}{pid}-{start_ns}{RING_SUFFIX}")
+}
+
+/// `(pid, start_ns)` of a ring file name.
+pub fn parse_ring_file_name(name: &str) -> Option<(u32, u64)> {
+    let s = name.strip_prefix(RING_PREFIX)?.strip_suffix(RING_SUFFIX)?;
+    let (p, t) = s.split_once('-')?;
+    Some((p.parse().ok()?, t.parse().ok()?))
+}
+
+pub fn grant_file_name(device: u32) -> String {
+    format!("{GRANT_PREFIX}{device}")
+}
+
+/// All ring files in `dir`, sorted by name.
+pub fn list_rings(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut v = vec![];
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        if let Some(n) = e.file_name().to_str() {
+            if parse_ring_file_name(n).is_some() {
+                v.push(e.path());
+            }
+        }
+    }
+    v.sort();
+    Ok(v)
+}
+
+/// Whether process `pid` exists (signal 0).
+pub fn pid_alive(pid: u32) -> bool {
+    if pid == 0 || pid > i32::MAX as u32 {
+        return false;
+    }
+    // SAFETY: kill with signal 0 only checks for existence and permission.
+    let r = unsafe { libc::kill(pid as i32, 0) };
+    r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+pub(crate) fn cstring(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::other("path contains NUL"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        let n = ring_file_name(42, 7);
+        assert_eq!(parse_ring_file_name(&n), Some((42, 7)));
+        assert_eq!(parse_ring_file_name("ring-x-1.ring"), None);
+        assert_eq!(parse_ring_file_name("grant-gpu0"), None);
+    }
+
+    #[test]
+    fn ensure_and_validate() {
+        let base = std::env::temp_dir().join(format!("frabi-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        ensure_dir(&base).unwrap();
+        ensure_dir(&base).unwrap();
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(validate_dir(&base).is_err());
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let link = base.with_extension("lnk");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&base, &link).unwrap();
+        assert!(validate_dir(&link).is_err());
+        std::fs::remove_file(&link).unwrap();
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+}

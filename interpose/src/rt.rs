@@ -1,0 +1,470 @@
+//! Process state, lazy initialization, the rings and the hook path.
+//!
+//! State machine ([`STATE`]): `UNINIT` -> (first hooked call) `INITING` -> `TRAINER` | `SIDETASK`
+//! (recording) or `OFF` (pass-through: nothing to record to, or disabled). A fork child is put
+//! back to `UNINIT` (new pid -> new ring). Nothing here runs in a constructor or inside dlsym.
+use crate::{comm, trace};
+use freeride_abi::ring::{self, Geometry, RingView};
+use freeride_abi::{env, now_ns, session, Api, Kind, Record, Role};
+use std::cell::Cell;
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering,
+};
+
+pub const UNINIT: u8 = 0;
+pub const INITING: u8 = 1;
+pub const TRAINER: u8 = 2;
+pub const SIDETASK: u8 = 3;
+pub const OFF: u8 = 4;
+
+pub static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+static SHM_BASE: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
+static SHM_CAP: AtomicU64 = AtomicU64::new(0);
+static SHM_REPORTED_DROPS: AtomicU64 = AtomicU64::new(0);
+static PID: AtomicU32 = AtomicU32::new(0);
+static PROC_DEVICE: AtomicI32 = AtomicI32::new(-1);
+static HANDLERS_REGISTERED: AtomicBool = AtomicBool::new(false);
+
+/// Per-thread state. Const-initialized `Cell`s without destructors: no lazy TLS allocation.
+pub struct Thread {
+    /// Re-entrancy guard: set while this thread is inside a hook (also covers "a runtime launch
+    /// that reaches the driver wrapper": the inner call passes through unrecorded).
+    pub busy: Cell<bool>,
+    pub tid: Cell<u32>,
+    /// CUDA device of this thread's current context: -2 not queried, -1 unknown.
+    pub dev: Cell<i32>,
+    /// Launches until the next device query when unknown.
+    pub dev_retry: Cell<u32>,
+    pub group_depth: Cell<u32>,
+    pub group_id: Cell<u32>,
+    pub group_streams: Cell<[u64; comm::GROUP_STREAMS]>,
+    pub group_nstreams: Cell<usize>,
+    pub group_queued: Cell<u64>,
+    /// Depth of hooked NCCL calls this thread is inside: launches queued there are NCCL's own.
+    pub in_nccl: Cell<u32>,
+}
+
+thread_local! {
+    pub static THREAD: Thread = const {
+        Thread {
+            busy: Cell::new(false),
+            tid: Cell::new(0),
+            dev: Cell::new(-2),
+            dev_retry: Cell::new(0),
+            group_depth: Cell::new(0),
+            group_id: Cell::new(0),
+            group_streams: Cell::new([0; comm::GROUP_STREAMS]),
+            group_nstreams: Cell::new(0),
+            group_queued: Cell::new(0),
+            in_nccl: Cell::new(0),
+        }
+    };
+}
+
+/// Proof that this thread entered a hook; clears the guard when dropped.
+pub struct Entered(());
+
+impl Drop for Entered {
+    #[inline(always)]
+    fn drop(&mut self) {
+        let _ = THREAD.try_with(|t| t.busy.set(false));
+    }
+}
+
+/// Enters the hook on this thread, or `None` if it is already inside one (pass through).
+#[inline(always)]
+pub fn enter() -> Option<Entered> {
+    THREAD
+        .try_with(|t| {
+            if t.busy.get() {
+                None
+            } else {
+                t.busy.set(true);
+                Some(Entered(()))
+            }
+        })
+        .ok()
+        .flatten()
+}
+
+/// The one atomic check of the hook path: is this process recording? Initializes on first use.
+#[inline(always)]
+pub fn active() -> bool {
+    let s = STATE.load(Ordering::Acquire);
+    s == TRAINER || (s != OFF && active_slow(s))
+}
+
+#[cold]
+#[inline(never)]
+fn active_slow(s: u8) -> bool {
+    match s {
+        SIDETASK => true,
+        UNINIT | INITING => {
+            init();
+            matches!(STATE.load(Ordering::Acquire), TRAINER | SIDETASK)
+        }
+        _ => false,
+    }
+}
+
+pub fn is_sidetask() -> bool {
+    STATE.load(Ordering::Relaxed) == SIDETASK
+}
+
+pub fn pid() -> u32 {
+    PID.load(Ordering::Relaxed)
+}
+
+fn shm_view() -> Option<RingView> {
+    let base = SHM_BASE.load(Ordering::Acquire);
+    if base.is_null() {
+        return None;
+    }
+    let cap = SHM_CAP.load(Ordering::Relaxed) as u32;
+    // SAFETY: base maps file_size(cap) bytes for the life of the process (never unmapped).
+    Some(unsafe { RingView::new(base, Geometry { capacity: cap }) })
+}
+
+/// Pushes a complete record to the shared ring and the trace ring. No lock, no system call.
+#[inline(always)]
+pub fn push(rec: &Record) {
+    if let Some(v) = shm_view() {
+        if v.push(rec) {
+            let d = v.header().dropped.load(Ordering::Relaxed);
+            if d != SHM_REPORTED_DROPS.load(Ordering::Relaxed) {
+                report_drops(v, d);
+            }
+        }
+    }
+    trace::push(rec);
+}
+
+#[cold]
+fn report_drops(v: RingView, d: u64) {
+    let prev = SHM_REPORTED_DROPS.swap(d, Ordering::Relaxed);
+    if d > prev {
+        let r = Record {
+            t_ns: now_ns(),
+            kind: Kind::Dropped as u8,
+            p0: d - prev,
+            device: PROC_DEVICE.load(Ordering::Relaxed),
+            ..Default::default()
+        };
+        v.push(&r);
+    }
+}
+
+/// Thread id, cached per thread (one gettid per thread, ever).
+#[inline(always)]
+pub fn tid(t: &Thread) -> u32 {
+    let v = t.tid.get();
+    if v != 0 {
+        return v;
+    }
+    // SAFETY: gettid has no preconditions.
+    let v = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+    t.tid.set(v);
+    v
+}
+
+/// Device of the calling thread's current context (-1 unknown). Queries the driver at most once
+/// per thread (and after a context switch), retrying every 64 launches while unknown.
+#[inline(always)]
+pub fn device(t: &Thread) -> i32 {
+    let d = t.dev.get();
+    if d >= 0 {
+        return d;
+    }
+    if d == -1 {
+        let r = t.dev_retry.get();
+        if r > 0 {
+            t.dev_retry.set(r - 1);
+            return -1;
+        }
+    }
+    query_device(t)
+}
+
+#[cold]
+#[inline(never)]
+fn query_device(t: &Thread) -> i32 {
+    let d = comm::driver().map(|drv| drv.ctx_device()).unwrap_or(-1);
+    t.dev.set(d);
+    t.dev_retry.set(64);
+    if d >= 0 {
+        let _ = PROC_DEVICE.compare_exchange(-1, d, Ordering::Relaxed, Ordering::Relaxed);
+        if let Some(v) = shm_view() {
+            let _ = v
+                .header()
+                .device
+                .compare_exchange(-1, d, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+    d
+}
+
+/// Forget the thread's device (the context changed).
+pub fn invalidate_device() {
+    let _ = THREAD.try_with(|t| t.dev.set(-2));
+}
+
+/// Records an event of the calling thread (the caller holds [`Entered`]).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn record(kind: Kind, api: Api, t_ns: u64, stream: u64, aux: u32, flags: u8, p: [u64; 3]) {
+    let _ = THREAD.try_with(|t| {
+        let rec = Record {
+            t_ns,
+            kind: kind as u8,
+            flags,
+            api: api as u16,
+            device: device(t),
+            tid: tid(t),
+            aux,
+            stream,
+            p0: p[0],
+            p1: p[1],
+            p2: p[2],
+        };
+        push(&rec);
+    });
+}
+
+/// Marks the calling thread as inside a hooked NCCL call until dropped: launches recorded meanwhile
+/// carry [`freeride_abi::event::LAUNCH_FLAG_COMM`].
+pub struct NcclScope(());
+
+impl Drop for NcclScope {
+    #[inline(always)]
+    fn drop(&mut self) {
+        let _ = THREAD.try_with(|t| t.in_nccl.set(t.in_nccl.get().saturating_sub(1)));
+    }
+}
+
+/// Enters a hooked NCCL call's real work (see [`NcclScope`]).
+#[inline(always)]
+pub fn nccl_scope() -> NcclScope {
+    let _ = THREAD.try_with(|t| t.in_nccl.set(t.in_nccl.get() + 1));
+    NcclScope(())
+}
+
+/// Records a kernel launch (hook path).
+#[inline(always)]
+pub fn launch(api: Api, stream: u64, func: u64, grid: [u32; 3], block: [u32; 3], shmem: u32) {
+    if !active() {
+        return;
+    }
+    let t = now_ns();
+    let in_nccl = THREAD.try_with(|t| t.in_nccl.get() > 0).unwrap_or(false);
+    record(
+        Kind::Launch,
+        api,
+        t,
+        stream,
+        shmem,
+        if in_nccl { freeride_abi::event::LAUNCH_FLAG_COMM } else { 0 },
+        [
+            func,
+            grid[0] as u64 | (grid[1] as u64) << 32,
+            grid[2] as u64
+                | (freeride_abi::event::pack_block(block[0], block[1], block[2]) as u64) << 32,
+        ],
+    );
+    if is_sidetask() {
+        crate::gate::before_launch(api, stream);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Slow path: initialization, fork, exit.
+
+fn init() {
+    if STATE
+        .compare_exchange(UNINIT, INITING, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        // Another thread is initializing: wait a little (once per process), never forever.
+        let t0 = now_ns();
+        while STATE.load(Ordering::Acquire) == INITING && now_ns() - t0 < 50_000_000 {
+            std::thread::yield_now();
+        }
+        return;
+    }
+    let st = do_init();
+    STATE.store(st, Ordering::Release);
+    if st != OFF {
+        let role = if st == SIDETASK {
+            Role::Sidetask
+        } else {
+            Role::Trainer
+        };
+        let cap = SHM_CAP.load(Ordering::Relaxed);
+        // SAFETY: getppid has no preconditions.
+        let ppid = unsafe { libc::getppid() } as u64;
+        let _ = THREAD.try_with(|t| {
+            push(&Record {
+                t_ns: now_ns(),
+                kind: Kind::ProcessStart as u8,
+                api: Api::None as u16,
+                device: -1,
+                tid: tid(t),
+                aux: role as u32,
+                p0: ppid,
+                p1: cap,
+                ..Default::default()
+            })
+        });
+    }
+}
+
+fn do_init() -> u8 {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() } as u32;
+    PID.store(pid, Ordering::Relaxed);
+    if std::env::var(env::DISABLE)
+        .map(|v| v == "1")
+        .unwrap_or(false)
+    {
+        return OFF;
+    }
+    let role = std::env::var(env::ROLE)
+        .ok()
+        .and_then(|r| Role::parse(&r))
+        .unwrap_or(Role::Trainer);
+    let start = now_ns();
+    let cap = ring::clamp_capacity(
+        std::env::var(env::RING_CAPACITY)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(ring::DEFAULT_CAPACITY as u64),
+    );
+    let dir = session::resolve_dir();
+    if session::validate_dir(&dir).is_ok() {
+        if let Some(base) = create_ring(&dir, pid, role, start, cap) {
+            SHM_CAP.store(cap as u64, Ordering::Relaxed);
+            SHM_REPORTED_DROPS.store(0, Ordering::Relaxed);
+            SHM_BASE.store(base, Ordering::Release);
+        }
+    }
+    trace::init(pid);
+    if SHM_BASE.load(Ordering::Relaxed).is_null() && !trace::enabled() {
+        return OFF;
+    }
+    register_handlers();
+    if role == Role::Sidetask {
+        SIDETASK
+    } else {
+        TRAINER
+    }
+}
+
+/// Maps a new ring file `ring-<pid>-<start>.ring` (0600) and initializes it.
+fn create_ring(
+    dir: &std::path::Path,
+    pid: u32,
+    role: Role,
+    start: u64,
+    cap: u32,
+) -> Option<*mut u8> {
+    use std::os::unix::ffi::OsStrExt;
+    let size = ring::file_size(cap);
+    for attempt in 0..4u64 {
+        let path = dir.join(session::ring_file_name(pid, start + attempt));
+        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+        // SAFETY: c is a valid path; O_EXCL|O_NOFOLLOW never follows or reuses a file.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0o600,
+            )
+        };
+        if fd < 0 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST) {
+                continue;
+            }
+            return None;
+        }
+        // SAFETY: fd is ours; size fits in off_t.
+        let ok = unsafe { libc::ftruncate(fd, size as libc::off_t) } == 0;
+        let map = if ok {
+            // SAFETY: mapping `size` bytes of the file we just sized.
+            unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    size,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    fd,
+                    0,
+                )
+            }
+        } else {
+            libc::MAP_FAILED
+        };
+        // SAFETY: fd is ours; the mapping (if any) survives the close.
+        unsafe { libc::close(fd) };
+        if map == libc::MAP_FAILED {
+            // SAFETY: c is a valid path we created.
+            unsafe { libc::unlink(c.as_ptr()) };
+            return None;
+        }
+        // SAFETY: map covers file_size(cap) bytes, page aligned, never unmapped.
+        let v = unsafe { RingView::new(map as *mut u8, Geometry { capacity: cap }) };
+        v.initialize(pid, role as u32, start + attempt);
+        return Some(map as *mut u8);
+    }
+    None
+}
+
+fn register_handlers() {
+    if HANDLERS_REGISTERED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    // SAFETY: registering plain extern "C" functions that live as long as the process
+    // (the library is linked -z nodelete).
+    unsafe {
+        libc::pthread_atfork(None, None, Some(atfork_child));
+        libc::atexit(at_exit);
+    }
+}
+
+/// In the child after fork: forget the parent's ring, trace and poller (new pid -> new ring on
+/// the next hooked call). Only atomic stores and close(): async-signal-safe.
+extern "C" fn atfork_child() {
+    SHM_BASE.store(std::ptr::null_mut(), Ordering::Release);
+    SHM_CAP.store(0, Ordering::Relaxed);
+    PROC_DEVICE.store(-1, Ordering::Relaxed);
+    trace::reset_after_fork();
+    comm::reset_after_fork();
+    STATE.store(UNINIT, Ordering::Release);
+}
+
+/// At exit: a process-exit record, the ring marked exited, the trace flushed.
+extern "C" fn at_exit() {
+    let s = STATE.load(Ordering::Acquire);
+    if s != TRAINER && s != SIDETASK {
+        return;
+    }
+    let dropped = shm_view()
+        .map(|v| v.header().dropped.load(Ordering::Relaxed))
+        .unwrap_or(0);
+    let _ = THREAD.try_with(|t| {
+        push(&Record {
+            t_ns: now_ns(),
+            kind: Kind::ProcessExit as u8,
+            api: Api::None as u16,
+            device: PROC_DEVICE.load(Ordering::Relaxed),
+            tid: tid(t),
+            p0: dropped,
+            ..Default::default()
+        })
+    });
+    if let Some(v) = shm_view() {
+        v.header()
+            .state
+            .store(ring::STATE_EXITED, Ordering::Release);
+    }
+    comm::flush_at_exit();
+    trace::flush();
+}

@@ -1,0 +1,161 @@
+//! The configuration of one side task (Rust struct, or JSON through the C ABI).
+//!
+//! Every field has a default, so `{}` is a valid JSON config. Environment overrides (read by
+//! [`TaskConfig::from_env`], and applied on top of a JSON config by the C ABI):
+//! * `FREERIDE_SIDETASK_DEVICE` — the device id;
+//! * `FREERIDE_SIDETASK_STANDALONE=1` — `no_agent = standalone`;
+//! * `FREERIDE_DIR` — the session directory (as everywhere in freeride).
+use crate::error::{Result, SdkError};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+pub const ENV_DEVICE: &str = "FREERIDE_SIDETASK_DEVICE";
+pub const ENV_STANDALONE: &str = "FREERIDE_SIDETASK_STANDALONE";
+
+/// What to do while there is no live agent (no valid `grant-gpu<N>`, or its agent died).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum NoAgent {
+    /// Wait (paused) until an agent publishes a grant: never touch the GPU ungoverned. Default.
+    #[default]
+    Wait,
+    /// Run freely, as if the whole GPU were granted: for testing and development only.
+    Standalone,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TaskConfig {
+    /// Shown by `freeride status` and in summaries.
+    pub name: String,
+    /// The CUDA device (ordinal as this process sees it) and the grant block read (`grant-gpu<N>`).
+    pub device: u32,
+    /// The session directory; `None`: `FREERIDE_DIR`, else `/dev/shm/freeride-<uid>`.
+    pub session_dir: Option<PathBuf>,
+    pub no_agent: NoAgent,
+    /// Until a step's duration is learned, the first ("probe") step runs only in a grant with at
+    /// least this much time (and budget) left.
+    pub probe_min_grant_ns: u64,
+    /// The learned estimate is `margin` x the `quantile` of the last `window` step durations
+    /// (FreeRide: 1.2 x the median; we take a higher quantile to absorb jitter).
+    pub margin: f64,
+    pub quantile: f64,
+    pub window: usize,
+    /// A cap on the device memory this task may hold, on top of the grant's `mem_budget_bytes`.
+    pub mem_cap_bytes: Option<u64>,
+    /// Polling a closed grant: sleeps grow from `poll_min_us` to `poll_max_us`.
+    pub poll_min_us: u64,
+    pub poll_max_us: u64,
+    /// Polling for an agent that is not there (no grant file).
+    pub no_agent_poll_ms: u64,
+    /// A grant whose heartbeat is older than this is closed (0: ignore the heartbeat).
+    pub heartbeat_stale_ms: u64,
+    /// `sidetask-<pid>.json` in the session directory: written at most this often (and at every
+    /// life-cycle transition).
+    pub status_interval_ms: u64,
+    pub write_status: bool,
+    /// SIGTERM requests a clean stop (the task ends `stopped` after its current step).
+    pub handle_sigterm: bool,
+}
+
+impl Default for TaskConfig {
+    fn default() -> Self {
+        TaskConfig {
+            name: "sidetask".into(),
+            device: 0,
+            session_dir: None,
+            no_agent: NoAgent::Wait,
+            probe_min_grant_ns: 2_000_000,
+            margin: 1.2,
+            quantile: 0.9,
+            window: 64,
+            mem_cap_bytes: None,
+            poll_min_us: 50,
+            poll_max_us: 200,
+            no_agent_poll_ms: 10,
+            heartbeat_stale_ms: 1_000,
+            status_interval_ms: 100,
+            write_status: true,
+            handle_sigterm: true,
+        }
+    }
+}
+
+impl TaskConfig {
+    pub fn named(name: &str) -> Self {
+        TaskConfig {
+            name: name.into(),
+            ..Default::default()
+        }
+        .with_env()
+    }
+
+    /// The defaults with the environment overrides applied.
+    pub fn from_env() -> Self {
+        TaskConfig::default().with_env()
+    }
+
+    /// Parses a JSON object (unknown keys are an error), then applies the environment overrides.
+    pub fn from_json(json: &str) -> Result<Self> {
+        let json = if json.trim().is_empty() { "{}" } else { json };
+        let c: TaskConfig =
+            serde_json::from_str(json).map_err(|e| SdkError::Config(e.to_string()))?;
+        let c = c.with_env();
+        c.validate()?;
+        Ok(c)
+    }
+
+    pub fn with_env(mut self) -> Self {
+        if let Some(d) = std::env::var(ENV_DEVICE)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+        {
+            self.device = d;
+        }
+        if std::env::var(ENV_STANDALONE).is_ok_and(|v| v == "1" || v == "true") {
+            self.no_agent = NoAgent::Standalone;
+        }
+        self
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: &str| Err(SdkError::Config(m.into()));
+        if !(self.margin >= 1.0 && self.margin.is_finite()) {
+            return bad("margin must be >= 1");
+        }
+        if !(0.0..=1.0).contains(&self.quantile) {
+            return bad("quantile must be within 0..=1");
+        }
+        if self.window == 0 {
+            return bad("window must be > 0");
+        }
+        if self.poll_min_us == 0 || self.poll_max_us < self.poll_min_us {
+            return bad("need 0 < poll_min_us <= poll_max_us");
+        }
+        Ok(())
+    }
+
+    /// The session directory this task uses.
+    pub fn session_dir(&self) -> PathBuf {
+        self.session_dir
+            .clone()
+            .unwrap_or_else(freeride_abi::session::resolve_dir)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_defaults_and_errors() {
+        let c = TaskConfig::from_json(r#"{"name":"x","device":3,"no_agent":"standalone"}"#).unwrap();
+        assert_eq!(c.name, "x");
+        assert_eq!(c.no_agent, NoAgent::Standalone);
+        assert_eq!(c.window, 64);
+        assert!(TaskConfig::from_json("{}").is_ok());
+        assert!(TaskConfig::from_json(r#"{"nonsense":1}"#).is_err());
+        assert!(TaskConfig::from_json(r#"{"margin":0.5}"#).is_err());
+        assert!(TaskConfig::from_json("not json").is_err());
+    }
+}

@@ -1,0 +1,225 @@
+//! GPU work through cudarc (driver API, loaded dynamically: it runs on the real `libcuda.so.1` or
+//! on the test bed's stand-in). A [`Gpu`] is one device's primary context plus one non-blocking
+//! stream that all of the task's work goes to, so that synchronizing that stream is the end of a
+//! step.
+//!
+//! Simulated kernels: the test bed's driver accepts any module image and runs a kernel for the
+//! nanoseconds in `kernelParams[0]` (`tests/simgpu/src/abi.rs`). [`Gpu::launch_ns`] launches such
+//! a kernel by name, so a task can say "a 300 µs kernel called `fwd_gemm`". On a real GPU these
+//! names must exist in a real module image ([`Gpu::load_module`]) and take a `u64` first
+//! parameter.
+use crate::error::{Result, SdkError};
+use cudarc::driver::result as cu;
+use cudarc::driver::sys;
+use freeride_abi::now_ns;
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The module image given to the simulated driver (any bytes are accepted there).
+const SIM_MODULE_IMAGE: &[u8] = b"freeride-sidetask simulated module\0";
+
+static NEXT_GPU_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A kernel handle of one [`Gpu`] (valid while that `Gpu` lives; launching it on another `Gpu` is
+/// an error, not undefined behaviour).
+#[derive(Clone, Copy, Debug)]
+pub struct Kernel {
+    func: sys::CUfunction,
+    gpu_id: u64,
+}
+
+pub struct Gpu {
+    id: u64,
+    device: u32,
+    dev: sys::CUdevice,
+    ctx: sys::CUcontext,
+    stream: sys::CUstream,
+    modules: Vec<sys::CUmodule>,
+    sim_module: Option<sys::CUmodule>,
+    kernels: HashMap<String, Kernel>,
+    first_launch_ns: Cell<Option<u64>>,
+    launches: Cell<u64>,
+}
+
+// SAFETY: CUDA driver handles (context, stream, module, function) are process-wide and may be
+// used from any thread; every method that calls the driver first makes this context current on
+// the calling thread. `Gpu` is not `Sync` (its `Cell`s), so one thread uses it at a time.
+unsafe impl Send for Gpu {}
+
+/// Whether a CUDA driver library can be loaded (without panicking, unlike a first cudarc call).
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen the candidate library names.
+    unsafe { sys::is_culib_present() }
+}
+
+impl Gpu {
+    /// Initializes the driver, retains `device`'s primary context and creates the task's stream.
+    pub fn open(device: u32) -> Result<Gpu> {
+        if !driver_present() {
+            return Err(SdkError::NoDriver);
+        }
+        cu::init()?;
+        let dev = cu::device::get(device as i32)?;
+        // SAFETY: `dev` came from cuDeviceGet.
+        let ctx = unsafe { cu::primary_ctx::retain(dev)? };
+        // SAFETY: `ctx` is the primary context just retained.
+        unsafe { cu::ctx::set_current(ctx)? };
+        let stream = cu::stream::create(cu::stream::StreamKind::NonBlocking)?;
+        Ok(Gpu {
+            id: NEXT_GPU_ID.fetch_add(1, Ordering::Relaxed),
+            device,
+            dev,
+            ctx,
+            stream,
+            modules: vec![],
+            sim_module: None,
+            kernels: HashMap::new(),
+            first_launch_ns: Cell::new(None),
+            launches: Cell::new(0),
+        })
+    }
+
+    pub fn device(&self) -> u32 {
+        self.device
+    }
+
+    /// The task's stream (for code that launches by itself through the driver API).
+    pub fn stream(&self) -> sys::CUstream {
+        self.stream
+    }
+
+    pub fn make_current(&self) -> Result<()> {
+        // SAFETY: `ctx` is retained for the life of `self`.
+        unsafe { cu::ctx::set_current(self.ctx)? };
+        Ok(())
+    }
+
+    /// Loads a module image (cubin/fatbin, or NUL-terminated PTX; the simulated driver takes any
+    /// bytes). It stays loaded until the `Gpu` is dropped.
+    pub fn load_module(&mut self, image: &[u8]) -> Result<sys::CUmodule> {
+        self.make_current()?;
+        let mut owned = image.to_vec();
+        if owned.last() != Some(&0) {
+            owned.push(0);
+        }
+        // SAFETY: `owned` is a readable NUL-terminated buffer that outlives the call (the driver
+        // copies the image).
+        let m = unsafe { cu::module::load_data(owned.as_ptr() as *const c_void)? };
+        self.modules.push(m);
+        Ok(m)
+    }
+
+    /// A kernel of a module loaded by [`Gpu::load_module`].
+    pub fn function(&mut self, module: sys::CUmodule, name: &str) -> Result<Kernel> {
+        if !self.modules.contains(&module) {
+            return Err(SdkError::Driver("module not loaded by this Gpu".into()));
+        }
+        self.make_current()?;
+        let cname = CString::new(name).map_err(|_| SdkError::Driver("NUL in name".into()))?;
+        // SAFETY: `module` is loaded (checked above) and stays loaded while `self` lives.
+        let func = unsafe { cu::module::get_function(module, cname)? };
+        Ok(Kernel {
+            func,
+            gpu_id: self.id,
+        })
+    }
+
+    /// A simulated kernel called `name` (loaded once, then cached).
+    pub fn kernel(&mut self, name: &str) -> Result<Kernel> {
+        if let Some(k) = self.kernels.get(name) {
+            return Ok(*k);
+        }
+        let m = match self.sim_module {
+            Some(m) => m,
+            None => {
+                let m = self.load_module(SIM_MODULE_IMAGE)?;
+                self.sim_module = Some(m);
+                m
+            }
+        };
+        let k = self.function(m, name)?;
+        self.kernels.insert(name.to_string(), k);
+        Ok(k)
+    }
+
+    /// Queues `kernel` on the task's stream with one `u64` parameter: its run time in ns.
+    pub fn launch(&self, kernel: &Kernel, duration_ns: u64) -> Result<()> {
+        if kernel.gpu_id != self.id {
+            return Err(SdkError::Driver("kernel belongs to another Gpu".into()));
+        }
+        self.make_current()?;
+        if self.first_launch_ns.get().is_none() {
+            self.first_launch_ns.set(Some(now_ns()));
+        }
+        let mut ns = duration_ns;
+        let mut params = [&mut ns as *mut u64 as *mut c_void];
+        // SAFETY: `kernel.func` comes from a module of this Gpu that is still loaded; the single
+        // parameter points to a live u64 and the driver copies parameter values at launch.
+        unsafe { cu::launch_kernel(kernel.func, (1, 1, 1), (1, 1, 1), 0, self.stream, &mut params)? };
+        self.launches.set(self.launches.get() + 1);
+        Ok(())
+    }
+
+    /// [`Gpu::kernel`] + [`Gpu::launch`].
+    pub fn launch_ns(&mut self, name: &str, duration_ns: u64) -> Result<()> {
+        let k = self.kernel(name)?;
+        self.launch(&k, duration_ns)
+    }
+
+    /// Waits until everything queued on the task's stream has run.
+    pub fn synchronize(&self) -> Result<()> {
+        self.make_current()?;
+        // SAFETY: `stream` was created by us and is destroyed only in Drop.
+        unsafe { cu::stream::synchronize(self.stream)? };
+        Ok(())
+    }
+
+    /// The time of the first launch since the last call (the start of a step's GPU work).
+    pub fn take_first_launch_ns(&self) -> Option<u64> {
+        self.first_launch_ns.take()
+    }
+
+    pub fn launches(&self) -> u64 {
+        self.launches.get()
+    }
+
+    /// (free, total) device memory.
+    pub fn mem_info(&self) -> Result<(usize, usize)> {
+        self.make_current()?;
+        Ok(cu::mem_get_info()?)
+    }
+
+    /// Raw device allocation (no budget: use `MemBudget` or `Ctx::alloc`).
+    pub(crate) fn raw_alloc(&self, bytes: usize) -> Result<sys::CUdeviceptr> {
+        self.make_current()?;
+        // SAFETY: a plain synchronous allocation in the current context.
+        Ok(unsafe { cu::malloc_sync(bytes)? })
+    }
+
+    pub(crate) fn raw_free(&self, ptr: sys::CUdeviceptr) -> Result<()> {
+        self.make_current()?;
+        // SAFETY: callers pass only pointers returned by `raw_alloc` of this Gpu, once.
+        unsafe { cu::free_sync(ptr)? };
+        Ok(())
+    }
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        if self.make_current().is_err() {
+            return;
+        }
+        // SAFETY: the stream and modules were created by this Gpu and are released exactly once;
+        // errors on teardown are ignored (nothing useful can be done with them).
+        unsafe {
+            let _ = cu::stream::synchronize(self.stream);
+            let _ = cu::stream::destroy(self.stream);
+            for m in self.modules.drain(..) {
+                let _ = cu::module::unload(m);
+            }
+            let _ = cu::primary_ctx::release(self.dev);
+        }
+    }
+}

@@ -1,0 +1,498 @@
+//! libfreeride.so under small C programs, one per way a real library reaches the GPU.
+//! The programs (tests/cprogs) are compiled with the system `cc` into a temp dir, linked against
+//! tiny fake CUDA/NCCL libraries (tests/cprogs/fake_*.c), run under LD_PRELOAD, and the
+//! FREERIDE_TRACE JSON lines are counted exactly.
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+fn target_dir() -> PathBuf {
+    // target/release/deps/<this test> -> target/release
+    std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn preload() -> PathBuf {
+    let p = target_dir().join("libfreeride.so");
+    assert!(
+        p.exists(),
+        "{} missing: cargo build --release -p freeride-interpose",
+        p.display()
+    );
+    p
+}
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../cprogs")
+}
+
+fn cc(args: &[&str]) {
+    let out = Command::new("cc").args(args).output().expect("cc");
+    assert!(
+        out.status.success(),
+        "cc {:?}: {}",
+        args,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Builds the fakes and programs once per test binary.
+fn bin() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let d = std::env::temp_dir().join(format!("freeride-cprogs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let lib = d.join("lib");
+        std::fs::create_dir_all(&lib).unwrap();
+        let s = src();
+        let sp = |n: &str| s.join(n).to_str().unwrap().to_string();
+        let lp = |n: &str| lib.join(n).to_str().unwrap().to_string();
+        for (file, so) in [
+            ("fake_cuda.c", "libcuda.so.1"),
+            ("fake_cudart.c", "libcudart.so.13"),
+            ("fake_nccl.c", "libnccl.so.2"),
+        ] {
+            cc(&[
+                "-shared",
+                "-fPIC",
+                "-O1",
+                "-o",
+                &lp(so),
+                &format!("-Wl,-soname,{so}"),
+                &sp(file),
+                "-ldl",
+                "-lpthread",
+            ]);
+            let base = so.split(".so").next().unwrap();
+            std::os::unix::fs::symlink(so, lib.join(format!("{base}.so"))).unwrap();
+        }
+        let libdir = format!("-L{}", lib.display());
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-o",
+            &lp("libnextuser.so"),
+            &sp("libnextuser.c"),
+            "-ldl",
+        ]);
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-o",
+            &lp("libncclpart.so"),
+            &sp("libncclpart.c"),
+            &libdir,
+            "-lnccl",
+        ]);
+        let out = |n: &str| d.join(n).to_str().unwrap().to_string();
+        for p in ["runtime", "threads", "fork", "signals"] {
+            cc(&[
+                "-O1",
+                "-o",
+                &out(p),
+                &sp(&format!("prog_{p}.c")),
+                &libdir,
+                "-lcudart",
+                "-lpthread",
+            ]);
+        }
+        for p in [
+            "dlsym_handle",
+            "getproc_v2",
+            "getproc_v1",
+            "nocuda",
+            "nccl_local",
+        ] {
+            cc(&["-O1", "-o", &out(p), &sp(&format!("prog_{p}.c")), "-ldl"]);
+        }
+        cc(&[
+            "-O1",
+            "-o",
+            &out("rtld_next"),
+            &sp("prog_rtld_next.c"),
+            &libdir,
+            "-Wl,--no-as-needed",
+            "-lnextuser",
+            "-lcuda",
+            "-ldl",
+        ]);
+        d
+    })
+}
+
+struct Run {
+    stdout: String,
+    events: Vec<Value>,
+    dir: PathBuf,
+}
+
+fn run_with(prog: &str, args: &[&str], env: &[(&str, &str)], with_preload: bool) -> Run {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let d = bin();
+    let work = d.join(format!("run-{prog}-{n}"));
+    std::fs::create_dir_all(&work).unwrap();
+    let sess = work.join("session");
+    std::fs::create_dir(&sess).unwrap();
+    std::fs::set_permissions(&sess, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let trace = work.join("trace.jsonl");
+    let mut c = Command::new(d.join(prog));
+    c.args(args)
+        .current_dir(&work)
+        .env("LD_LIBRARY_PATH", d.join("lib"))
+        .env("FREERIDE_TRACE", &trace)
+        .env("FREERIDE_DIR", &sess);
+    if prog == "nccl_local" {
+        // The fake GPU's ground truth (fopen per kernel: not for the signal test).
+        c.env("FAKE_GT", work.join("gt.jsonl"));
+    }
+    if with_preload {
+        c.env("LD_PRELOAD", preload());
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{prog} failed: {stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.starts_with("OK"), "{prog}: {stdout}");
+    let events = std::fs::read_to_string(&trace)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l}: {e}")))
+        .collect();
+    Run {
+        stdout,
+        events,
+        dir: work,
+    }
+}
+
+fn run(prog: &str) -> Run {
+    run_with(prog, &[], &[], true)
+}
+
+/// (kind, api) -> count.
+fn counts(ev: &[Value]) -> HashMap<(String, String), usize> {
+    let mut m = HashMap::new();
+    for e in ev {
+        for f in ["t_ns", "pid", "kind", "api"] {
+            assert!(e.get(f).is_some(), "missing {f}: {e}");
+        }
+        *m.entry((
+            e["kind"].as_str().unwrap().to_string(),
+            e["api"].as_str().unwrap().to_string(),
+        ))
+        .or_default() += 1;
+    }
+    m
+}
+
+fn get(m: &HashMap<(String, String), usize>, kind: &str, api: &str) -> usize {
+    m.get(&(kind.to_string(), api.to_string()))
+        .copied()
+        .unwrap_or(0)
+}
+
+fn total(m: &HashMap<(String, String), usize>, kind: &str) -> usize {
+    m.iter()
+        .filter(|((k, _), _)| k == kind)
+        .map(|(_, v)| v)
+        .sum()
+}
+
+#[test]
+fn runtime_symbols_are_counted_once() {
+    let r = run("runtime");
+    let m = counts(&r.events);
+    assert_eq!(get(&m, "launch", "__cudaLaunchKernel"), 100);
+    assert_eq!(get(&m, "launch", "cudaLaunchKernel"), 30);
+    assert_eq!(get(&m, "launch", "cudaLaunchKernelExC"), 20);
+    assert_eq!(
+        total(&m, "launch"),
+        150,
+        "a runtime launch that reaches the driver wrapper is one launch: {m:?}"
+    );
+    assert_eq!(get(&m, "graph_launch", "cudaGraphLaunch"), 5);
+    assert_eq!(total(&m, "graph_launch"), 5);
+    assert_eq!(get(&m, "sync", "cudaStreamSynchronize"), 1);
+    assert_eq!(get(&m, "process_start", "none"), 1);
+    assert_eq!(get(&m, "process_exit", "none"), 1);
+    let l = r
+        .events
+        .iter()
+        .find(|e| e["api"] == "cudaLaunchKernel")
+        .unwrap();
+    assert_eq!(l["grid"], serde_json::json!([4, 2, 1]));
+    assert_eq!(l["block"], serde_json::json!([128, 1, 1]));
+    assert_eq!(l["stream"], 0x20);
+    assert_eq!(l["shmem"], 64);
+    assert_eq!(l["device"], 0);
+}
+
+#[test]
+fn driver_via_dlsym_on_a_handle() {
+    let m = counts(&run("dlsym_handle").events);
+    assert_eq!(get(&m, "launch", "cuLaunchKernel"), 50);
+    assert_eq!(get(&m, "launch", "cuLaunchKernelEx"), 40);
+    assert_eq!(get(&m, "launch", "cuLaunchCooperativeKernel"), 30);
+    assert_eq!(get(&m, "graph_launch", "cuGraphLaunch"), 20);
+    assert_eq!(total(&m, "launch"), 120);
+}
+
+#[test]
+fn driver_via_cu_get_proc_address_v2() {
+    let r = run("getproc_v2");
+    let m = counts(&r.events);
+    assert_eq!(get(&m, "launch", "cuLaunchKernel"), 11);
+    assert_eq!(get(&m, "launch", "cuLaunchKernel_ptsz"), 12);
+    assert_eq!(
+        get(&m, "launch", "cuLaunchKernelEx"),
+        13,
+        "look-ups through the handed-out cuGetProcAddress"
+    );
+    // cudaVersion 99000 is unknown: handed through untouched, so not seen.
+    assert_eq!(total(&m, "launch"), 36);
+    let ex = r
+        .events
+        .iter()
+        .find(|e| e["api"] == "cuLaunchKernelEx")
+        .unwrap();
+    assert_eq!(ex["stream"], 0x51);
+}
+
+#[test]
+fn driver_via_cu_get_proc_address_v1() {
+    let m = counts(&run("getproc_v1").events);
+    assert_eq!(get(&m, "launch", "cuLaunchKernel"), 25);
+    assert_eq!(total(&m, "launch"), 25);
+}
+
+#[test]
+fn driver_via_rtld_next_from_another_library() {
+    let m = counts(&run("rtld_next").events);
+    assert_eq!(get(&m, "launch", "cuLaunchKernel"), 17);
+}
+
+#[test]
+fn nccl_in_a_local_scope_with_gpu_side_timing() {
+    let r = run("nccl_local");
+    let m = counts(&r.events);
+    assert_eq!(get(&m, "comm", "ncclSend"), 4);
+    assert_eq!(get(&m, "comm", "ncclRecv"), 3);
+    assert_eq!(get(&m, "comm", "ncclAllReduce"), 1);
+    assert_eq!(get(&m, "comm_group", "ncclGroupStart"), 1);
+    assert_eq!(get(&m, "comm_group", "ncclGroupEnd"), 1);
+    // NCCL's own kernels (through its cuGetProcAddress) are launches too: 3+2+1 ungrouped,
+    // 2 streams in the group.
+    assert_eq!(get(&m, "launch", "cuLaunchKernel"), 8);
+    let send = r.events.iter().find(|e| e["api"] == "ncclSend").unwrap();
+    assert_eq!(
+        (
+            send["peer"].as_i64(),
+            send["bytes"].as_u64(),
+            send["stream"].as_u64()
+        ),
+        (Some(1), Some(4096), Some(0x80))
+    );
+    let recv = r.events.iter().find(|e| e["api"] == "ncclRecv").unwrap();
+    assert_eq!(
+        (recv["peer"].as_i64(), recv["bytes"].as_u64()),
+        (Some(2), Some(512))
+    );
+    let grouped: Vec<_> = r
+        .events
+        .iter()
+        .filter(|e| e["kind"] == "comm" && e["group"] != 0)
+        .collect();
+    assert_eq!(grouped.len(), 2);
+    assert_eq!(grouped[0]["bytes"], 80);
+    // One begin/end per ungrouped op and per stream of the group.
+    assert_eq!(total(&m, "comm_begin"), 8, "{m:?}");
+    assert_eq!(total(&m, "comm_end"), 8);
+    // GPU-side times within 1 ms of the fake GPU's ground truth (kernel start/end per stream).
+    let gt: Vec<Value> = std::fs::read_to_string(r.dir.join("gt.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for kind in ["comm_begin", "comm_end"] {
+        for e in r.events.iter().filter(|e| e["kind"] == kind) {
+            let t = e["t_ns"].as_i64().unwrap();
+            let field = if kind == "comm_begin" {
+                "start_ns"
+            } else {
+                "end_ns"
+            };
+            let best = gt
+                .iter()
+                .filter(|g| g["stream"] == e["stream"])
+                .map(|g| (g[field].as_i64().unwrap() - t).abs())
+                .min()
+                .unwrap();
+            assert!(
+                best < 1_000_000,
+                "{kind} {e} is {best} ns from the ground truth"
+            );
+        }
+    }
+}
+
+#[test]
+fn many_threads_many_producers() {
+    let m = counts(&run("threads").events);
+    assert_eq!(get(&m, "launch", "__cudaLaunchKernel"), 16000);
+    assert_eq!(total(&m, "dropped"), 0);
+}
+
+#[test]
+fn fork_and_exec() {
+    let r = run("fork");
+    let child: u64 = r.stdout.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let mut per_pid: HashMap<u64, (usize, usize)> = HashMap::new();
+    for e in &r.events {
+        let c = per_pid.entry(e["pid"].as_u64().unwrap()).or_default();
+        match e["kind"].as_str().unwrap() {
+            "launch" => c.0 += 1,
+            "process_start" => c.1 += 1,
+            _ => {}
+        }
+    }
+    assert_eq!(
+        per_pid.len(),
+        2,
+        "the worker that never launches records nothing: {per_pid:?}"
+    );
+    assert_eq!(
+        per_pid[&child],
+        (10, 2),
+        "7 launches after fork + 3 after exec, one start each"
+    );
+    let parent = per_pid.iter().find(|(p, _)| **p != child).unwrap().1;
+    assert_eq!(*parent, (15, 1));
+}
+
+#[test]
+fn signals_never_deadlock() {
+    let r = run("signals");
+    let m = counts(&r.events);
+    let main_thread = r
+        .events
+        .iter()
+        .filter(|e| e["kind"] == "launch" && e["stream"] == 0x300)
+        .count();
+    assert_eq!(main_thread, 200_000);
+    let hits: usize = r.stdout.split_whitespace().nth(1).unwrap().parse().unwrap();
+    // A handler that interrupts a hook passes through unrecorded (re-entrancy guard).
+    assert!(get(&m, "launch", "__cudaLaunchKernel") <= 200_000 + hits);
+}
+
+#[test]
+fn no_cuda_runs_exactly_as_without_freeride() {
+    let plain = run_with("nocuda", &[], &[], false);
+    let hooked = run_with("nocuda", &[], &[], true);
+    assert_eq!(plain.stdout, hooked.stdout);
+    assert!(hooked.events.is_empty());
+    assert!(
+        std::fs::read_dir(hooked.dir.join("session"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "no ring without CUDA use"
+    );
+}
+
+#[test]
+fn no_session_dir_and_no_trace_still_pass_through() {
+    let r = run_with(
+        "runtime",
+        &[],
+        &[
+            ("FREERIDE_DIR", "/nonexistent/freeride"),
+            ("FREERIDE_TRACE", ""),
+        ],
+        true,
+    );
+    assert!(r.events.is_empty());
+    let r = run_with(
+        "nccl_local",
+        &[],
+        &[
+            ("FREERIDE_DIR", "/nonexistent/freeride"),
+            ("FREERIDE_TRACE", ""),
+        ],
+        true,
+    );
+    assert!(r.events.is_empty());
+}
+
+#[test]
+fn shared_ring_is_written_to_the_session_dir() {
+    let r = run("runtime");
+    let rings: Vec<_> = std::fs::read_dir(r.dir.join("session"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(rings.len(), 1, "{rings:?}");
+    assert!(rings[0].starts_with("ring-") && rings[0].ends_with(".ring"));
+}
+
+#[test]
+fn freeride_run_sets_preload_role_and_dir() {
+    let exe = target_dir().join("freeride");
+    assert!(
+        exe.exists(),
+        "{} missing: cargo build --release -p freeride-agent",
+        exe.display()
+    );
+    let d = bin().join("run-cli");
+    std::fs::create_dir_all(&d).unwrap();
+    let sess = d.join("sess");
+    let _ = std::fs::remove_dir_all(&sess);
+    let out = Command::new(&exe)
+        .args([
+            "run",
+            "--role",
+            "sidetask",
+            "--",
+            "sh",
+            "-c",
+            "echo $FREERIDE_ROLE $FREERIDE_DIR; echo $LD_PRELOAD",
+        ])
+        .env("FREERIDE_DIR", &sess)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = String::from_utf8(out.stdout).unwrap();
+    let mut l = s.lines();
+    assert_eq!(l.next().unwrap(), format!("sidetask {}", sess.display()));
+    assert!(l.next().unwrap().contains("libfreeride.so"));
+    let md = std::fs::metadata(&sess).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(md.permissions().mode() & 0o777, 0o700);
+    // Exit status is passed through.
+    let st = Command::new(&exe)
+        .args(["run", "--", "sh", "-c", "exit 7"])
+        .env("FREERIDE_DIR", &sess)
+        .status()
+        .unwrap();
+    assert_eq!(st.code(), Some(7));
+}

@@ -1,0 +1,185 @@
+//! pipesim (stand-in CUDA/NCCL/BLAS, NCCL loaded RTLD_LOCAL) under libfreeride.so: every kernel
+//! of the ground truth is recorded exactly once on its path, every NCCL op with peer and size,
+//! and GPU-side comm begin/end within 1 ms of the ground truth.
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn target_dir() -> PathBuf {
+    std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn lines(p: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(p)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// One job at a time: the poller's timing is host-scheduling bound, and the test machine is small.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn run(style: &str, schedule: &str) {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let t = target_dir();
+    for f in [
+        "libfreeride.so",
+        "pipesim",
+        "pipesim-stage",
+        "libcuda.so",
+        "libcudart.so",
+        "libnccl.so",
+        "libcublas.so",
+    ] {
+        assert!(
+            t.join(f).exists(),
+            "{} not built (cargo build --release --workspace)",
+            f
+        );
+    }
+    let work = std::env::temp_dir().join(format!(
+        "freeride-pipesim-{}-{style}-{schedule}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(work.join("session")).unwrap();
+    std::fs::set_permissions(
+        work.join("session"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let out = Command::new(t.join("pipesim"))
+        .args([
+            "--stages",
+            "3",
+            "--microbatches",
+            "4",
+            "--f",
+            "1",
+            "--b",
+            "1",
+            "--w",
+            "1",
+            "--comm",
+            "0.5",
+        ])
+        .args([
+            "--allreduce",
+            "0.5",
+            "--iterations",
+            "3",
+            "--json",
+            "--style",
+            style,
+            "--schedule",
+            schedule,
+        ])
+        .arg("--truth")
+        .arg(work.join("gt.jsonl"))
+        .env("LD_PRELOAD", t.join("libfreeride.so"))
+        .env("FREERIDE_DIR", work.join("session"))
+        .env("FREERIDE_TRACE", work.join("trace.jsonl"))
+        .env("FREERIDE_SIM_DIR", work.join("sim"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "pipesim: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let gt = lines(&work.join("gt.jsonl"));
+    let tr = lines(&work.join("trace.jsonl"));
+    let pids: Vec<u64> = {
+        let mut v: Vec<u64> = gt.iter().map(|g| g["pid"].as_u64().unwrap()).collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    assert_eq!(pids.len(), 3);
+    for pid in pids {
+        let g: Vec<&Value> = gt.iter().filter(|x| x["pid"] == pid).collect();
+        let e: Vec<&Value> = tr.iter().filter(|x| x["pid"] == pid).collect();
+        let n = |f: &dyn Fn(&Value) -> bool, v: &[&Value]| v.iter().filter(|x| f(x)).count();
+        // Non-graph kernels, per (stream): one launch record each.
+        let mut gs: HashMap<u64, usize> = HashMap::new();
+        for x in g.iter().filter(|x| x["graph"] == false) {
+            *gs.entry(x["stream"].as_u64().unwrap()).or_default() += 1;
+        }
+        let mut es: HashMap<u64, usize> = HashMap::new();
+        for x in e.iter().filter(|x| x["kind"] == "launch") {
+            *es.entry(x["stream"].as_u64().unwrap()).or_default() += 1;
+        }
+        assert_eq!(
+            gs, es,
+            "pid {pid}: kernels per stream, ground truth vs recorded launches"
+        );
+        // Per path: BLAS (cuLaunchKernelEx via its cuGetProcAddress), NCCL (cuLaunchKernel via
+        // its own driver look-up), runtime (__cudaLaunchKernel etc. reaching cuLaunchKernel).
+        let gt_ex = n(
+            &|x| x["api"] == "cuLaunchKernelEx" && x["graph"] == false,
+            &g,
+        );
+        assert_eq!(
+            n(
+                &|x| x["kind"] == "launch" && x["api"] == "cuLaunchKernelEx",
+                &e
+            ),
+            gt_ex
+        );
+        let gt_comm = n(&|x| x["kind"] == "comm", &g);
+        // Graphs: every graph launch recorded once; graph kernels come in whole graphs.
+        let graphs = n(&|x| x["kind"] == "graph_launch", &e);
+        let graph_kernels = n(&|x| x["graph"] == true, &g);
+        assert!(
+            graphs > 0 && graph_kernels % graphs == 0,
+            "{graphs} graph launches, {graph_kernels} graph kernels"
+        );
+        // NCCL ops with peer and size.
+        for op in e.iter().filter(|x| x["kind"] == "comm") {
+            assert!(op["bytes"].as_u64().unwrap() >= 4);
+            if op["api"] == "ncclSend" || op["api"] == "ncclRecv" {
+                assert!(op["peer"].as_i64().unwrap() >= 0);
+            }
+        }
+        // GPU-side begin/end: one pair per comm kernel, each within 1 ms of the ground truth.
+        assert_eq!(n(&|x| x["kind"] == "comm_begin", &e), gt_comm, "pid {pid}");
+        assert_eq!(n(&|x| x["kind"] == "comm_end", &e), gt_comm);
+        let comm: Vec<&&Value> = g.iter().filter(|x| x["kind"] == "comm").collect();
+        for (kind, field) in [("comm_begin", "start_ns"), ("comm_end", "end_ns")] {
+            for x in e.iter().filter(|x| x["kind"] == kind) {
+                let t = x["t_ns"].as_i64().unwrap();
+                let best = comm
+                    .iter()
+                    .filter(|c| c["stream"] == x["stream"])
+                    .map(|c| (c[field].as_i64().unwrap() - t).abs())
+                    .min()
+                    .unwrap();
+                assert!(best < 1_000_000, "pid {pid}: {kind} {x} is {best} ns off");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn pipesim_batched_1f1b() {
+    run("batched", "1f1b");
+}
+
+#[test]
+fn pipesim_blocking_gpipe() {
+    run("blocking", "gpipe");
+}
+
+#[test]
+fn pipesim_batched_zbh1() {
+    run("batched", "zbh1");
+}
