@@ -69,7 +69,10 @@ impl Collector {
     /// Takes what the rings hold now; appends trainers' observations to `out` (time order within
     /// one process). `now` is when the agent looks: the `seen` time of GPU-side observations.
     pub fn poll(&mut self, now: Ns, out: &mut Vec<TrainerObs>) {
-        if self.last_scan.is_none_or(|t| now.saturating_sub(t) >= RESCAN_NS) {
+        if self
+            .last_scan
+            .is_none_or(|t| now.saturating_sub(t) >= RESCAN_NS)
+        {
             self.scan();
             self.last_scan = Some(now);
         }
@@ -99,7 +102,9 @@ impl Collector {
     }
 
     fn scan(&mut self) {
-        let Ok(paths) = session::list_rings(&self.dir) else { return };
+        let Ok(paths) = session::list_rings(&self.dir) else {
+            return;
+        };
         for path in paths {
             if self.procs.contains_key(&path) {
                 continue;
@@ -117,13 +122,21 @@ impl Collector {
                         dropped: info.dropped,
                         invalid: 0,
                     };
-                    self.procs.insert(path, Proc { reader, view, groups: HashMap::new() });
+                    self.procs.insert(
+                        path,
+                        Proc {
+                            reader,
+                            view,
+                            groups: HashMap::new(),
+                        },
+                    );
                 }
                 // A ring being created: try again at the next scan.
                 Err(OpenError::BadMagic) => {}
                 Err(e) => {
                     if self.refused.insert(path.clone()) {
-                        self.warnings.push(format!("ignoring {}: {e}", path.display()));
+                        self.warnings
+                            .push(format!("ignoring {}: {e}", path.display()));
                     }
                 }
             }
@@ -165,8 +178,16 @@ fn translate(p: &mut Proc, d: &Decoded, now: Ns, out: &mut Vec<TrainerObs>) {
         return;
     }
     let obs = match d.event {
-        Event::Launch { in_comm: false, .. } | Event::GraphLaunch { .. } => Obs::Launch { t: d.t_ns },
-        Event::CommOp { peer, bytes, op, group, .. } => {
+        Event::Launch { in_comm: false, .. } | Event::GraphLaunch { .. } => {
+            Obs::Launch { t: d.t_ns }
+        }
+        Event::CommOp {
+            peer,
+            bytes,
+            op,
+            group,
+            ..
+        } => {
             let sig = sig_of(d.api, peer, bytes);
             if group != 0 {
                 let g = p.groups.entry(group).or_insert(CommSig {
@@ -185,19 +206,37 @@ fn translate(p: &mut Proc, d: &Decoded, now: Ns, out: &mut Vec<TrainerObs>) {
                 }
                 return;
             }
-            Obs::CommIssue { t: d.t_ns, id: op_key(op, 0), sig }
+            Obs::CommIssue {
+                t: d.t_ns,
+                id: op_key(op, 0),
+                sig,
+            }
         }
         Event::CommGroup { depth: 0, group } if d.api == Api::NcclGroupEnd => {
-            let Some(sig) = p.groups.remove(&group) else { return };
-            Obs::CommIssue { t: d.t_ns, id: op_key(0, group), sig }
+            let Some(sig) = p.groups.remove(&group) else {
+                return;
+            };
+            Obs::CommIssue {
+                t: d.t_ns,
+                id: op_key(0, group),
+                sig,
+            }
         }
-        Event::CommBegin { op, group, .. } => {
-            Obs::CommBegin { id: op_key(if group != 0 { 0 } else { op }, group), t: d.t_ns, seen: now }
-        }
-        Event::CommEnd { op, group, .. } => {
-            Obs::CommEnd { id: op_key(if group != 0 { 0 } else { op }, group), t: d.t_ns, seen: now }
-        }
+        Event::CommBegin { op, group, .. } => Obs::CommBegin {
+            id: op_key(if group != 0 { 0 } else { op }, group),
+            t: d.t_ns,
+            seen: now,
+        },
+        Event::CommEnd { op, group, .. } => Obs::CommEnd {
+            id: op_key(if group != 0 { 0 } else { op }, group),
+            t: d.t_ns,
+            seen: now,
+        },
         _ => return,
     };
-    out.push(TrainerObs { pid: p.view.pid, device: p.view.device, obs });
+    out.push(TrainerObs {
+        pid: p.view.pid,
+        device: p.view.device,
+        obs,
+    });
 }

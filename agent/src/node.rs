@@ -1,8 +1,8 @@
 //! The agent of one node: reads the rings, keeps one bubble detector per trainer, and knows each
 //! GPU's state now.
 use crate::collect::{Collector, ProcessView, TrainerObs};
-use crate::inference::{Bubble, Detector, Ns};
 use crate::inference::detector::OpenBubble;
+use crate::inference::{Bubble, Detector, Ns};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -59,10 +59,10 @@ impl Node {
         self.obs.clear();
         self.collector.poll(now, &mut self.obs);
         for o in &self.obs {
-            let t = self
-                .trainers
-                .entry(o.pid)
-                .or_insert_with(|| Trainer { device: o.device, detector: Detector::new() });
+            let t = self.trainers.entry(o.pid).or_insert_with(|| Trainer {
+                device: o.device,
+                detector: Detector::new(),
+            });
             if o.device >= 0 {
                 t.device = o.device;
             }
@@ -71,7 +71,11 @@ impl Node {
                 let tot = self.totals.entry(t.device).or_default();
                 tot.0 += b.end - b.start;
                 tot.1 += 1;
-                self.closed.push(BubbleRecord { pid: o.pid, device: t.device, bubble: b });
+                self.closed.push(BubbleRecord {
+                    pid: o.pid,
+                    device: t.device,
+                    bubble: b,
+                });
             }
         }
         let live: Vec<u32> = self.collector.processes().iter().map(|p| p.pid).collect();

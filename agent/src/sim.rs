@@ -3,13 +3,14 @@
 //!
 //! The agent loop here is the same [`Node`] the daemon runs; it sees the job only through the rings.
 //! Scoring (iterations after the second, all ranks):
-//! * the agent's predicted bubbles: from the GPU-side begin the interposer reported to the end the
-//!   agent predicted when the bubble opened (its learnt duration for that position of the
-//!   iteration); where nothing was learnt yet, to the observed end;
-//! * precision = predicted bubble time that was truly idle / all predicted bubble time; recall = true
-//!   idle time covered / all true idle time;
-//! * the same two for the live bubbles: from when the agent saw a bubble begin to when it saw it end
-//!   (what a scheduler can act on);
+//! * the agent's bubbles are the intervals it held a bubble open live: from when it saw the bubble
+//!   begin to when it saw it end (what it knows in real time, what a scheduler acts on);
+//!   precision = bubble time that was truly idle / all bubble time; recall = true idle time covered
+//!   / all true idle time;
+//! * the forecast: from the GPU-side begin the interposer reported to the end the agent predicted
+//!   when the bubble opened (its learnt duration for that position of the iteration; where nothing
+//!   was learnt yet, the observed end), scored the same way (`predicted_precision`,
+//!   `predicted_recall`), and the error of each predicted end;
 //! * detection latency = when the agent saw a bubble open minus when the GPU truly went idle, for
 //!   every true idle interval of at least [`MIN_SCORED_IDLE_NS`] that a bubble overlaps.
 use crate::inference::score::{clip, merge, Tally};
@@ -49,12 +50,55 @@ pub struct Scores {
     pub bubble_fraction: f64,
     pub precision: f64,
     pub recall: f64,
-    pub live_precision: f64,
-    pub live_recall: f64,
+    pub predicted_precision: f64,
+    pub predicted_recall: f64,
     pub detect_latency_us: Vec<f64>,
     pub missed_idle_intervals: usize,
     pub scored_iterations: usize,
     pub predicted_end_error_us: Vec<f64>,
+    /// When the job changed its micro-batch count: per iteration from the change on, the share of
+    /// its bubbles (of at least [`MIN_SCORED_IDLE_NS`]) whose end was predicted within
+    /// [`RELEARN_TOLERANCE`].
+    pub after_change: Vec<f64>,
+    /// Iterations after the change until predictions are right again (and stay right): the first
+    /// iteration from which every later one has at least [`RELEARNED_SHARE`] of its bubbles right.
+    pub relearned_in: Option<usize>,
+}
+
+/// A predicted end counts as right within max(this share of the bubble, [`RELEARN_FLOOR_NS`]).
+pub const RELEARN_TOLERANCE: f64 = 0.1;
+pub const RELEARN_FLOOR_NS: f64 = 500_000.0;
+/// Share of right predictions that makes an iteration relearnt.
+pub const RELEARNED_SHARE: f64 = 0.9;
+
+/// Per iteration from `at` on: the share of bubbles whose end was predicted right.
+fn relearn_curve(r: &SimResult, at: usize) -> Vec<f64> {
+    r.truth
+        .iterations
+        .iter()
+        .skip(at)
+        .map(|it| {
+            let (mut n, mut good) = (0usize, 0usize);
+            for b in r.bubbles.iter().map(|b| &b.bubble) {
+                let len = b.end.saturating_sub(b.start);
+                if b.start < it.start_ns || b.start >= it.end_ns || len < MIN_SCORED_IDLE_NS {
+                    continue;
+                }
+                n += 1;
+                let tol = (len as f64 * RELEARN_TOLERANCE).max(RELEARN_FLOOR_NS);
+                if b.predicted_end
+                    .is_some_and(|p| (p as f64 - b.end as f64).abs() <= tol)
+                {
+                    good += 1;
+                }
+            }
+            if n == 0 {
+                1.0
+            } else {
+                good as f64 / n as f64
+            }
+        })
+        .collect()
 }
 
 /// Where the binaries are: next to this executable (target/<profile>/ or an install's bin/).
@@ -67,7 +111,10 @@ pub fn sibling(name: &str) -> Result<PathBuf, String> {
             return Ok(p);
         }
     }
-    Err(format!("{name} not found next to {} (build the workspace: cargo build --release)", exe.display()))
+    Err(format!(
+        "{name} not found next to {} (build the workspace: cargo build --release)",
+        exe.display()
+    ))
 }
 
 /// A folder under /dev/shm (mode 0700) removed on drop.
@@ -75,8 +122,16 @@ pub struct ScratchDir(pub PathBuf);
 
 impl ScratchDir {
     pub fn new(tag: &str) -> Result<ScratchDir, String> {
-        let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
-        let p = base.join(format!("freeride-{tag}-{}-{}", std::process::id(), now_ns()));
+        let base = if Path::new("/dev/shm").is_dir() {
+            PathBuf::from("/dev/shm")
+        } else {
+            std::env::temp_dir()
+        };
+        let p = base.join(format!(
+            "freeride-{tag}-{}-{}",
+            std::process::id(),
+            now_ns()
+        ));
         session::ensure_dir(&p).map_err(|e| format!("cannot create {}: {e}", p.display()))?;
         Ok(ScratchDir(p))
     }
@@ -114,7 +169,11 @@ pub fn agent_loop(dir: &Path, stop: &AtomicBool) -> (Vec<BubbleRecord>, u64, u64
 
 /// Runs pipesim for `job` under freeride with an agent; returns the truth and what the agent saw.
 /// `progress`: pipesim's progress lines go to our stderr.
-pub fn run(job: &JobArgs, extra_env: &[(String, String)], progress: bool) -> Result<SimResult, String> {
+pub fn run(
+    job: &JobArgs,
+    extra_env: &[(String, String)],
+    progress: bool,
+) -> Result<SimResult, String> {
     job.to_config()?;
     let lib = sibling("libfreeride.so")?;
     let pipesim = sibling("pipesim")?;
@@ -139,24 +198,38 @@ pub fn run(job: &JobArgs, extra_env: &[(String, String)], progress: bool) -> Res
         .env("FREERIDE_SIM_DIR", &sim_dir.0)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(if progress { Stdio::inherit() } else { Stdio::piped() });
+        .stderr(if progress {
+            Stdio::inherit()
+        } else {
+            Stdio::piped()
+        });
     for (k, v) in extra_env {
         cmd.env(k, v);
     }
-    let out = cmd.output().map_err(|e| format!("cannot start {}: {e}", pipesim.display()));
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot start {}: {e}", pipesim.display()));
     stop.store(true, Ordering::Release);
-    let (bubbles, events, dropped, warnings) = agent.join().map_err(|_| "the agent thread panicked")?;
+    let (bubbles, events, dropped, warnings) =
+        agent.join().map_err(|_| "the agent thread panicked")?;
     let out = out?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         return Err(format!("pipesim failed ({}): {}", out.status, err.trim()));
     }
-    let (records, bad) = truth::read_trace(&truth_path).map_err(|e| format!("reading the ground truth: {e}"))?;
+    let (records, bad) =
+        truth::read_trace(&truth_path).map_err(|e| format!("reading the ground truth: {e}"))?;
     if bad > 0 {
         return Err(format!("{bad} unreadable lines in the ground truth"));
     }
     let truth = truth::analyze(&records, job.stages, None)?;
-    Ok(SimResult { truth, bubbles, events, dropped, warnings })
+    Ok(SimResult {
+        truth,
+        bubbles,
+        events,
+        dropped,
+        warnings,
+    })
 }
 
 fn percentile(v: &mut [f64], q: f64) -> f64 {
@@ -175,9 +248,14 @@ pub fn p50_p99(v: &[f64]) -> (f64, f64) {
 }
 
 /// Scores the agent's bubbles against the truth over the iterations after the warm-up.
-pub fn score(r: &SimResult) -> Scores {
+/// `change_at`: the iteration from which the job changed, if it did.
+pub fn score(r: &SimResult, change_at: Option<u32>) -> Scores {
     let its = &r.truth.iterations;
-    let skip = if its.len() > WARMUP_ITERATIONS { WARMUP_ITERATIONS } else { its.len().saturating_sub(1) };
+    let skip = if its.len() > WARMUP_ITERATIONS {
+        WARMUP_ITERATIONS
+    } else {
+        its.len().saturating_sub(1)
+    };
     let scored = &its[skip..];
     let mut tally = Tally::default();
     let mut live_tally = Tally::default();
@@ -187,16 +265,28 @@ pub fn score(r: &SimResult) -> Scores {
     let (mut window_ns, mut idle_ns) = (0u64, 0u64);
     for (rank, &pid) in r.truth.pids.iter().enumerate() {
         let mine: Vec<&BubbleRecord> = r.bubbles.iter().filter(|b| b.pid == pid).collect();
-        let live = merge(mine.iter().map(|b| (b.bubble.opened_seen, b.bubble.closed_seen)).collect());
+        let live = merge(
+            mine.iter()
+                .map(|b| (b.bubble.opened_seen, b.bubble.closed_seen))
+                .collect(),
+        );
         let predicted = merge(
             mine.iter()
-                .map(|b| (b.bubble.start, b.bubble.predicted_end.unwrap_or(b.bubble.end)))
+                .map(|b| {
+                    (
+                        b.bubble.start,
+                        b.bubble.predicted_end.unwrap_or(b.bubble.end),
+                    )
+                })
                 .collect(),
         );
         for it in scored {
             let rw = &it.ranks[rank];
             let truth_iv = merge(rw.idle_intervals.clone());
-            tally.add(Tally::of(&clip(&predicted, it.start_ns, it.end_ns), &truth_iv));
+            tally.add(Tally::of(
+                &clip(&predicted, it.start_ns, it.end_ns),
+                &truth_iv,
+            ));
             live_tally.add(Tally::of(&clip(&live, it.start_ns, it.end_ns), &truth_iv));
             window_ns += it.end_ns - it.start_ns;
             idle_ns += rw.idle_ns;
@@ -206,7 +296,10 @@ pub fn score(r: &SimResult) -> Scores {
                     None => missed += 1,
                 }
             }
-            for m in mine.iter().filter(|m| m.bubble.start >= it.start_ns && m.bubble.start < it.end_ns) {
+            for m in mine
+                .iter()
+                .filter(|m| m.bubble.start >= it.start_ns && m.bubble.start < it.end_ns)
+            {
                 if let Some(p) = m.bubble.predicted_end {
                     end_errors.push((p as f64 - m.bubble.end as f64).abs() / 1e3);
                 }
@@ -214,17 +307,35 @@ pub fn score(r: &SimResult) -> Scores {
         }
     }
     let n = scored.len().max(1) as f64;
-    let iteration_ms = scored.iter().map(|i| (i.end_ns - i.start_ns) as f64).sum::<f64>() / n / 1e6;
-    Scores {
+    let iteration_ms = scored
+        .iter()
+        .map(|i| (i.end_ns - i.start_ns) as f64)
+        .sum::<f64>()
+        / n
+        / 1e6;
+    let mut scores = Scores {
         iteration_ms,
-        bubble_fraction: if window_ns == 0 { 0.0 } else { idle_ns as f64 / window_ns as f64 },
-        precision: tally.precision(),
-        recall: tally.recall(),
-        live_precision: live_tally.precision(),
-        live_recall: live_tally.recall(),
+        bubble_fraction: if window_ns == 0 {
+            0.0
+        } else {
+            idle_ns as f64 / window_ns as f64
+        },
+        precision: live_tally.precision(),
+        recall: live_tally.recall(),
+        predicted_precision: tally.precision(),
+        predicted_recall: tally.recall(),
         detect_latency_us: latencies,
         missed_idle_intervals: missed,
         scored_iterations: scored.len(),
         predicted_end_error_us: end_errors,
+        after_change: vec![],
+        relearned_in: None,
+    };
+    if let Some(at) = change_at {
+        let curve = relearn_curve(r, at as usize);
+        scores.relearned_in =
+            (0..curve.len()).find(|&j| curve[j..].iter().all(|&v| v >= RELEARNED_SHARE));
+        scores.after_change = curve;
     }
+    scores
 }

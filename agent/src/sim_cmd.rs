@@ -28,7 +28,11 @@ pub fn main(a: SimArgs) -> i32 {
         Ok(r) => r,
         Err(e) => {
             eprintln!("freeride sim: {e}");
-            return if e.contains("must") || e.contains("needs") { 2 } else { 1 };
+            return if e.contains("must") || e.contains("needs") {
+                2
+            } else {
+                1
+            };
         }
     };
     for w in &res.warnings {
@@ -47,7 +51,7 @@ pub fn main(a: SimArgs) -> i32 {
             eprintln!("freeride sim: cannot write {path}: {e}");
         }
     }
-    let s = sim::score(&res);
+    let s = sim::score(&res, a.job.change_at);
     let (lat50, lat99) = p50_p99(&s.detect_latency_us);
     let (err50, err99) = p50_p99(&s.predicted_end_error_us);
     let cfg = a.job.to_config().expect("checked by sim::run");
@@ -63,8 +67,8 @@ pub fn main(a: SimArgs) -> i32 {
         "inference": {
             "precision": r(s.precision, 4),
             "recall": r(s.recall, 4),
-            "live_precision": r(s.live_precision, 4),
-            "live_recall": r(s.live_recall, 4),
+            "predicted_precision": r(s.predicted_precision, 4),
+            "predicted_recall": r(s.predicted_recall, 4),
             "detect_latency_us_p50": r(lat50, 1),
             "detect_latency_us_p99": r(lat99, 1),
             "missed_idle_intervals": s.missed_idle_intervals,
@@ -74,6 +78,15 @@ pub fn main(a: SimArgs) -> i32 {
         },
         "agent": { "events": res.events, "dropped": res.dropped },
     });
+    let mut report = report;
+    if let Some(at) = a.job.change_at {
+        report["change"] = json!({
+            "at_iteration": at,
+            "microbatches": a.job.then_microbatches,
+            "right_predictions_per_iteration": s.after_change.iter().map(|&v| r(v, 3)).collect::<Vec<_>>(),
+            "relearned_in_iterations": s.relearned_in,
+        });
+    }
     if a.json {
         println!("{report}");
     } else {

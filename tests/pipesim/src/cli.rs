@@ -55,22 +55,39 @@ pub struct JobArgs {
     /// Training iterations (the first is left out of the report).
     #[arg(long, default_value_t = 3)]
     pub iterations: u32,
+    /// Change the micro-batch count from iteration ITER (0-based) on (with --then-microbatches).
+    #[arg(long, value_name = "ITER", requires = "then_microbatches")]
+    pub change_at: Option<u32>,
+    /// The micro-batch count from --change-at on.
+    #[arg(long, value_name = "M", requires = "change_at")]
+    pub then_microbatches: Option<u32>,
 }
 
 impl JobArgs {
     /// The schedule's name on the command line.
     pub fn schedule_name(&self) -> String {
-        self.schedule.to_possible_value().expect("no skipped variants").get_name().to_string()
+        self.schedule
+            .to_possible_value()
+            .expect("no skipped variants")
+            .get_name()
+            .to_string()
     }
 
     /// The style's name on the command line.
     pub fn style_name(&self) -> String {
-        self.style.to_possible_value().expect("no skipped variants").get_name().to_string()
+        self.style
+            .to_possible_value()
+            .expect("no skipped variants")
+            .get_name()
+            .to_string()
     }
 
     /// The flags again, as `pipesim` takes them.
     pub fn to_argv(&self) -> Vec<String> {
-        let schedule = self.schedule.to_possible_value().expect("no skipped variants");
+        let schedule = self
+            .schedule
+            .to_possible_value()
+            .expect("no skipped variants");
         let style = self.style.to_possible_value().expect("no skipped variants");
         let mut v = vec![
             "--schedule".into(),
@@ -83,9 +100,13 @@ impl JobArgs {
         if let Some(c) = self.chunks {
             v.extend(["--chunks".into(), c.to_string()]);
         }
-        for (flag, ms) in
-            [("--f", self.f), ("--b", self.b), ("--w", self.w), ("--comm", self.comm), ("--allreduce", self.allreduce)]
-        {
+        for (flag, ms) in [
+            ("--f", self.f),
+            ("--b", self.b),
+            ("--w", self.w),
+            ("--comm", self.comm),
+            ("--allreduce", self.allreduce),
+        ] {
             v.extend([flag.into(), ms.to_string()]);
         }
         v.extend([
@@ -94,62 +115,89 @@ impl JobArgs {
             "--iterations".into(),
             self.iterations.to_string(),
         ]);
+        if let (Some(at), Some(m)) = (self.change_at, self.then_microbatches) {
+            v.extend([
+                "--change-at".into(),
+                at.to_string(),
+                "--then-microbatches".into(),
+                m.to_string(),
+            ]);
+        }
         v
     }
 
     /// Checks the flags and describes the job; the error says what is wrong.
     pub fn to_config(&self) -> Result<JobConfig, String> {
         let cli = self;
-    let schedule = match cli.schedule {
-        ScheduleArg::Gpipe => Schedule::Gpipe,
-        ScheduleArg::OneFOneB => Schedule::OneFOneB,
-        ScheduleArg::Interleaved => Schedule::Interleaved,
-        ScheduleArg::Zbh1 => Schedule::Zbh1,
-    };
-    for (name, v) in [
-        ("--f", cli.f),
-        ("--b", cli.b),
-        ("--w", cli.w),
-        ("--comm", cli.comm),
-        ("--allreduce", cli.allreduce),
-    ] {
-        if !v.is_finite() || v < 0.0 {
-            return Err(format!(
-                "{name} must be a non-negative number of ms, got {v}"
-            ));
+        let schedule = match cli.schedule {
+            ScheduleArg::Gpipe => Schedule::Gpipe,
+            ScheduleArg::OneFOneB => Schedule::OneFOneB,
+            ScheduleArg::Interleaved => Schedule::Interleaved,
+            ScheduleArg::Zbh1 => Schedule::Zbh1,
+        };
+        for (name, v) in [
+            ("--f", cli.f),
+            ("--b", cli.b),
+            ("--w", cli.w),
+            ("--comm", cli.comm),
+            ("--allreduce", cli.allreduce),
+        ] {
+            if !v.is_finite() || v < 0.0 {
+                return Err(format!(
+                    "{name} must be a non-negative number of ms, got {v}"
+                ));
+            }
         }
-    }
-    if cli.iterations == 0 {
-        return Err("--iterations must be at least 1".into());
-    }
-    let chunks = cli.chunks.unwrap_or(if schedule == Schedule::Interleaved {
-        2
-    } else {
-        1
-    });
-    let shape = Shape {
-        schedule,
-        stages: cli.stages,
-        microbatches: cli.microbatches,
-        chunks,
-        f_ns: ms_to_ns(cli.f),
-        b_ns: ms_to_ns(cli.b),
-        w_ns: ms_to_ns(cli.w),
-    };
-    let plan = shape.plan()?;
-    sim::simulate(&plan, 0)?;
-    let style = match cli.style {
-        StyleArg::Batched => Style::Batched,
-        StyleArg::Blocking => Style::Blocking,
-    };
-    let cfg = JobConfig {
-        shape,
-        style,
-        comm_ns: ms_to_ns(cli.comm),
-        allreduce_ns: ms_to_ns(cli.allreduce),
-        iterations: cli.iterations,
-    };
-    Ok(cfg)
+        if cli.iterations == 0 {
+            return Err("--iterations must be at least 1".into());
+        }
+        let chunks = cli.chunks.unwrap_or(if schedule == Schedule::Interleaved {
+            2
+        } else {
+            1
+        });
+        let shape = Shape {
+            schedule,
+            stages: cli.stages,
+            microbatches: cli.microbatches,
+            chunks,
+            f_ns: ms_to_ns(cli.f),
+            b_ns: ms_to_ns(cli.b),
+            w_ns: ms_to_ns(cli.w),
+        };
+        let plan = shape.plan()?;
+        sim::simulate(&plan, 0)?;
+        let style = match cli.style {
+            StyleArg::Batched => Style::Batched,
+            StyleArg::Blocking => Style::Blocking,
+        };
+        let cfg = JobConfig {
+            shape,
+            style,
+            comm_ns: ms_to_ns(cli.comm),
+            allreduce_ns: ms_to_ns(cli.allreduce),
+            iterations: cli.iterations,
+            change: None,
+        };
+        let mut cfg = cfg;
+        if let (Some(at), Some(m)) = (cli.change_at, cli.then_microbatches) {
+            if at == 0 || at >= cli.iterations {
+                return Err(format!(
+                    "--change-at must be between 1 and --iterations - 1 ({}), got {at}",
+                    cli.iterations.saturating_sub(1)
+                ));
+            }
+            let change = crate::config::Change {
+                at_iteration: at,
+                microbatches: m,
+            };
+            cfg.change = Some(change);
+            let after = cfg.shape_at(at);
+            let plan = after
+                .plan()
+                .map_err(|e| format!("--then-microbatches {m}: {e}"))?;
+            sim::simulate(&plan, 0)?;
+        }
+        Ok(cfg)
     }
 }
-

@@ -49,9 +49,32 @@ pub struct JobConfig {
     /// All-reduce time wanted at the end of each iteration, ns.
     pub allreduce_ns: u64,
     pub iterations: u32,
+    /// The job changes its micro-batch count from this iteration on (a job that relaunches with
+    /// another batch size, or a framework that adapts it).
+    #[serde(default)]
+    pub change: Option<Change>,
+}
+
+/// A change of the micro-batch count during the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Change {
+    /// First iteration (0-based) that runs with `microbatches`.
+    pub at_iteration: u32,
+    pub microbatches: u32,
 }
 
 impl JobConfig {
+    /// The shape iteration `it` runs with.
+    pub fn shape_at(&self, it: u32) -> Shape {
+        match self.change {
+            Some(c) if it >= c.at_iteration => Shape {
+                microbatches: c.microbatches,
+                ..self.shape
+            },
+            _ => self.shape,
+        }
+    }
+
     /// The NCCL cost the simulated GPU uses (read from the same environment variable).
     pub fn ps_per_byte() -> u64 {
         std::env::var("FREERIDE_SIM_NCCL_PS_PER_BYTE")

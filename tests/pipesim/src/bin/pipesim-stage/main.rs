@@ -98,6 +98,8 @@ struct Stage {
     rank: usize,
     cfg: JobConfig,
     plan: Plan,
+    /// The plan from the configured change of micro-batch count on.
+    plan_after: Option<Plan>,
     nccl: PipeComm,
     compute: Lane,
     kernels: Kernels,
@@ -175,7 +177,12 @@ fn run() -> Result<(), String> {
         }
     }
     let p2p_bytes = cfg.p2p_bytes();
+    let plan_after = match cfg.change {
+        Some(c) => Some(cfg.shape_at(c.at_iteration).plan()?),
+        None => None,
+    };
     let stage = Stage {
+        plan_after,
         rank,
         cfg,
         plan,
@@ -196,8 +203,12 @@ fn run() -> Result<(), String> {
 
 impl Stage {
     fn train(&self) -> Result<(), String> {
-        let ops = &self.plan.ranks[self.rank];
         for it in 0..self.cfg.iterations {
+            let plan = match (&self.plan_after, self.cfg.change) {
+                (Some(p), Some(c)) if it >= c.at_iteration => p,
+                _ => &self.plan,
+            };
+            let ops = &plan.ranks[self.rank];
             let mut pending: &[Transfer] = &[];
             let mut slot = 0;
             for (k, op) in ops.iter().enumerate() {

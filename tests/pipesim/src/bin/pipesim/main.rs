@@ -39,13 +39,16 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             let text = e.render().to_string();
-            let first = text
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("bad arguments")
-                .trim();
+            let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+            let first = lines.next().unwrap_or("bad arguments");
             let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("pipesim: {first} (see pipesim --help)");
+            // clap puts what is missing on the next line.
+            let more = if first.ends_with(':') {
+                lines.next().unwrap_or("")
+            } else {
+                ""
+            };
+            eprintln!("pipesim: {first} {more} (see pipesim --help)");
             return ExitCode::from(2);
         }
     };

@@ -1,0 +1,167 @@
+//! The agent's bubble inference end to end: `freeride sim` runs pipesim under libfreeride.so with the
+//! agent and scores the agent's bubbles against the simulated GPU's ground truth.
+//!
+//! Bounds: the project's targets are precision and recall >= 0.95 (scripts/bench-inference measures
+//! the whole matrix). CI runs on a busy 2-core machine beside other tests, where the simulated GPU's
+//! hops get slower, so here precision must be >= 0.95 and recall >= 0.90: a detector that opened
+//! bubbles at the wrong ops, missed the receive waits or kept them open falls far below either.
+use freeride_tests::built;
+use serde_json::Value;
+use std::process::Command;
+use std::sync::Mutex;
+
+/// One pipeline at a time: the 2-core machine is shared.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn sim(args: &[&str]) -> Value {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Command::new(built("freeride"))
+        .arg("sim")
+        .args(args)
+        .arg("--json")
+        .output()
+        .expect("run freeride sim");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "freeride sim {args:?} failed: {stderr}"
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+fn check_inference(args: &[&str]) {
+    let r = sim(args);
+    let inf = &r["inference"];
+    let (p, rc) = (
+        inf["precision"].as_f64().unwrap(),
+        inf["recall"].as_f64().unwrap(),
+    );
+    assert!(p >= 0.95, "precision {p} < 0.95 for {args:?}: {r}");
+    assert!(rc >= 0.90, "recall {rc} < 0.90 for {args:?}: {r}");
+    assert!(inf["bubbles"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(r["agent"]["dropped"].as_u64(), Some(0), "{r}");
+    for k in ["schedule", "stages", "microbatches", "truth", "inference"] {
+        assert!(!r[k].is_null(), "report lacks {k}: {r}");
+    }
+    let bf = r["truth"]["bubble_fraction"].as_f64().unwrap();
+    assert!(bf > 0.0 && bf < 1.0, "{r}");
+}
+
+#[test]
+fn one_f_one_b_batched() {
+    check_inference(&[
+        "--schedule",
+        "1f1b",
+        "--stages",
+        "4",
+        "--microbatches",
+        "4",
+        "--iterations",
+        "4",
+    ]);
+}
+
+#[test]
+fn gpipe_blocking_with_send_latency() {
+    check_inference(&[
+        "--schedule",
+        "gpipe",
+        "--stages",
+        "2",
+        "--microbatches",
+        "4",
+        "--style",
+        "blocking",
+        "--comm",
+        "2",
+        "--iterations",
+        "4",
+    ]);
+}
+
+#[test]
+fn interleaved_batched() {
+    check_inference(&[
+        "--schedule",
+        "interleaved",
+        "--stages",
+        "2",
+        "--microbatches",
+        "4",
+        "--chunks",
+        "2",
+        "--f",
+        "20",
+        "--b",
+        "20",
+        "--w",
+        "20",
+        "--iterations",
+        "4",
+    ]);
+}
+
+#[test]
+fn zero_bubble_blocking() {
+    check_inference(&[
+        "--schedule",
+        "zbh1",
+        "--stages",
+        "4",
+        "--microbatches",
+        "4",
+        "--style",
+        "blocking",
+        "--iterations",
+        "4",
+    ]);
+}
+
+/// A job that changes its micro-batch count mid-run: predictions are right again within 3 iterations.
+#[test]
+fn a_changed_job_is_relearnt_within_three_iterations() {
+    let r = sim(&[
+        "--schedule",
+        "1f1b",
+        "--stages",
+        "2",
+        "--microbatches",
+        "8",
+        "--iterations",
+        "7",
+        "--change-at",
+        "3",
+        "--then-microbatches",
+        "4",
+    ]);
+    let c = &r["change"];
+    let n = c["relearned_in_iterations"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("never relearnt: {r}"));
+    assert!(n <= 3, "relearnt only after {n} iterations: {r}");
+}
+
+#[test]
+fn bad_flags_are_refused_before_anything_starts() {
+    let out = Command::new(built("freeride"))
+        .args([
+            "sim",
+            "--schedule",
+            "interleaved",
+            "--stages",
+            "4",
+            "--microbatches",
+            "3",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("multiple of --stages"), "{e}");
+    let out = Command::new(built("freeride"))
+        .args(["sim", "--bogus"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
