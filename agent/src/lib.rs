@@ -3,3 +3,5 @@ pub mod collect;
 pub mod inference;
 pub mod node;
 pub mod sim;
+pub mod status;
+pub mod timeline;

@@ -1,8 +1,11 @@
 //! `freeride`: the per-node command. A thin dispatcher: each subcommand lives in its own module.
 use clap::{Parser, Subcommand};
 
+mod agent_cmd;
+mod demo_cmd;
 mod run_cmd;
 mod sim_cmd;
+mod status_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -19,6 +22,12 @@ struct Cli {
 enum Command {
     /// Run any command with the interposer preloaded (zero code change).
     Run(run_cmd::RunArgs),
+    /// The per-node daemon: infers every GPU's bubbles from the rings, publishes state and metrics.
+    Agent(agent_cmd::AgentArgs),
+    /// The live per-GPU view of the node's agent.
+    Status(status_cmd::StatusArgs),
+    /// The simulated 4-stage 1F1B pipeline under freeride: what the agent finds, with pictures.
+    Demo(demo_cmd::DemoArgs),
     /// Run the simulated pipeline (pipesim) under freeride with the agent and score its bubbles.
     Sim(sim_cmd::SimArgs),
 }
@@ -28,6 +37,9 @@ fn main() {
     let code = match cli.command {
         Command::Run(a) => run_cmd::main(a),
         Command::Sim(a) => sim_cmd::main(a),
+        Command::Demo(a) => demo_cmd::main(a),
+        Command::Agent(a) => agent_cmd::main(a),
+        Command::Status(a) => status_cmd::main(a),
     };
     std::process::exit(code)
 }

@@ -25,11 +25,14 @@ pub struct GpuState {
     pub ops_per_iteration: usize,
     pub bubble_ns_total: u64,
     pub bubbles: u64,
+    /// When the agent first saw a trainer on this GPU.
+    pub since_ns: Ns,
 }
 
 struct Trainer {
     device: i32,
     detector: Detector,
+    since_ns: Ns,
 }
 
 /// The node's agent state; [`Node::step`] advances it.
@@ -62,6 +65,7 @@ impl Node {
             let t = self.trainers.entry(o.pid).or_insert_with(|| Trainer {
                 device: o.device,
                 detector: Detector::new(),
+                since_ns: now,
             });
             if o.device >= 0 {
                 t.device = o.device;
@@ -110,7 +114,9 @@ impl Node {
                 ops_per_iteration: 0,
                 bubble_ns_total: total,
                 bubbles: n,
+                since_ns: t.since_ns,
             });
+            g.since_ns = g.since_ns.min(t.since_ns);
             g.trainers.push(*pid);
             g.open = g.open.or(t.detector.open_now());
             let p = t.detector.pattern();

@@ -37,6 +37,8 @@ pub const WARMUP_ITERATIONS: usize = 2;
 #[derive(Debug, Clone)]
 pub struct SimResult {
     pub truth: Truth,
+    /// Every kernel of the ground truth.
+    pub kernels: Vec<truth::KernelRecord>,
     pub bubbles: Vec<BubbleRecord>,
     pub events: u64,
     pub dropped: u64,
@@ -225,6 +227,7 @@ pub fn run(
     let truth = truth::analyze(&records, job.stages, None)?;
     Ok(SimResult {
         truth,
+        kernels: records,
         bubbles,
         events,
         dropped,

@@ -1,0 +1,141 @@
+//! `freeride agent`: the per-node daemon. Reads every ring in the session directory, infers each
+//! GPU's bubbles online, publishes its state (`agent-status.json`) and Prometheus metrics.
+use clap::Args;
+use freeride_abi::{now_ns, session};
+use freeride_agent::node::Node;
+use freeride_agent::status;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[derive(Args, Debug)]
+pub struct AgentArgs {
+    /// Session directory (default: $FREERIDE_DIR, else /dev/shm/freeride-<uid>).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Serve Prometheus metrics on 127.0.0.1:PORT (0: no metrics endpoint).
+    #[arg(long, default_value_t = 9464)]
+    metrics_port: u16,
+    /// How often the rings are read, in microseconds.
+    #[arg(long, default_value_t = 50)]
+    poll_us: u64,
+    /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
+    #[arg(long)]
+    duration: Option<f64>,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::Release);
+}
+
+/// Claims the session's agent pid file; refuses if a live agent holds it.
+fn claim(dir: &Path) -> Result<PathBuf, String> {
+    let path = dir.join(session::AGENT_PID_FILE);
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        if let Ok(pid) = text.trim().parse::<u32>() {
+            if pid != std::process::id() && session::pid_alive(pid) {
+                return Err(format!(
+                    "another agent (pid {pid}) serves {}",
+                    dir.display()
+                ));
+            }
+        }
+    }
+    std::fs::write(&path, format!("{}\n", std::process::id()))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(path)
+}
+
+fn serve_metrics(listener: TcpListener, text: Arc<Mutex<String>>) {
+    for stream in listener.incoming() {
+        let Ok(mut s) = stream else { continue };
+        let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+        let mut buf = [0u8; 1024];
+        let _ = s.read(&mut buf);
+        let body = text.lock().map(|t| t.clone()).unwrap_or_default();
+        let _ = write!(
+            s,
+            "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+    }
+}
+
+pub fn main(a: AgentArgs) -> i32 {
+    let dir = a.dir.clone().unwrap_or_else(session::resolve_dir);
+    if let Err(e) = session::ensure_dir(&dir) {
+        eprintln!("freeride agent: session directory {}: {e}", dir.display());
+        return 2;
+    }
+    let pid_file = match claim(&dir) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("freeride agent: {e}");
+            return 1;
+        }
+    };
+    let metrics = Arc::new(Mutex::new(String::new()));
+    if a.metrics_port != 0 {
+        match TcpListener::bind(("127.0.0.1", a.metrics_port)) {
+            Ok(l) => {
+                let m = metrics.clone();
+                std::thread::spawn(move || serve_metrics(l, m));
+                eprintln!(
+                    "freeride agent: metrics on http://127.0.0.1:{}/metrics",
+                    a.metrics_port
+                );
+            }
+            Err(e) => eprintln!(
+                "freeride agent: no metrics endpoint (port {}: {e})",
+                a.metrics_port
+            ),
+        }
+    }
+    // SAFETY: the handler only stores to an atomic (async-signal-safe).
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack (poll on time).
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
+    }
+    eprintln!(
+        "freeride agent: serving {} (pid {})",
+        dir.display(),
+        std::process::id()
+    );
+    let deadline = a.duration.map(|s| now_ns() + (s.max(0.0) * 1e9) as u64);
+    let mut node = Node::new(&dir);
+    let mut last_publish = 0u64;
+    let mut bubbles = 0u64;
+    while !STOP.load(Ordering::Acquire) && deadline.is_none_or(|d| now_ns() < d) {
+        let now = now_ns();
+        node.step(now);
+        bubbles += node.take_closed().len() as u64;
+        for w in node.take_warnings() {
+            eprintln!("freeride agent: {w}");
+        }
+        if now.saturating_sub(last_publish) >= 100_000_000 {
+            last_publish = now;
+            let (gpus, procs) = (node.gpus(), node.processes());
+            if let Err(e) = status::publish(
+                &dir,
+                &status::to_json(now, std::process::id(), &gpus, &procs),
+            ) {
+                eprintln!("freeride agent: cannot publish state: {e}");
+            }
+            if let Ok(mut m) = metrics.lock() {
+                *m = status::prometheus(&gpus, &procs);
+            }
+        }
+        std::thread::sleep(Duration::from_micros(a.poll_us.max(1)));
+    }
+    let _ = std::fs::remove_file(&pid_file);
+    let _ = std::fs::remove_file(dir.join(status::STATUS_FILE));
+    eprintln!("freeride agent: stopped; {bubbles} bubbles found");
+    0
+}

@@ -1,0 +1,105 @@
+//! `freeride demo`: the README's first command. A 4-stage 1F1B pipeline on the simulated GPUs under
+//! freeride; prints what the agent found and writes a timeline picture and a Perfetto trace.
+use clap::{Args, Parser};
+use freeride_agent::sim::{self, p50_p99};
+use freeride_agent::timeline::Timeline;
+use pipesim::cli::JobArgs;
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Folder for the picture (freeride-demo.svg) and the trace (freeride-demo.trace.json).
+    #[arg(long, default_value = ".")]
+    out: PathBuf,
+    /// Training iterations to run.
+    #[arg(long, default_value_t = 6)]
+    iterations: u32,
+}
+
+/// The demo's job, spelled as `freeride sim` flags.
+#[derive(Parser)]
+struct Job {
+    #[command(flatten)]
+    job: JobArgs,
+}
+
+pub fn main(a: DemoArgs) -> i32 {
+    if a.iterations < 3 {
+        eprintln!("freeride demo: --iterations must be at least 3 (the agent learns during two)");
+        return 2;
+    }
+    let iterations = a.iterations.to_string();
+    let job = Job::parse_from([
+        "demo",
+        "--schedule",
+        "1f1b",
+        "--stages",
+        "4",
+        "--microbatches",
+        "8",
+        "--iterations",
+        &iterations,
+    ])
+    .job;
+    eprintln!(
+        "freeride demo: a 4-stage 1F1B pipeline (8 micro-batches, F = B = W = 10 ms) on simulated GPUs, \
+         under libfreeride.so, with the agent finding its bubbles online"
+    );
+    let res = match sim::run(&job, &[], true) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("freeride demo: {e}");
+            return 1;
+        }
+    };
+    let s = sim::score(&res, None);
+    let (lat50, lat99) = p50_p99(&s.detect_latency_us);
+    println!(
+        "iteration time           {:8.1} ms (ground truth, iterations after the second)",
+        s.iteration_ms
+    );
+    println!(
+        "bubble share             {:8.1} % of GPU time (ground truth; ideal 1F1B: 27.3 %)",
+        s.bubble_fraction * 100.0
+    );
+    println!("agent precision / recall {:8.3} / {:.3} (bubble time the agent held open vs true idle time)", s.precision, s.recall);
+    println!(
+        "agent detection latency  {:8.0} us p50, {:.0} us p99",
+        lat50, lat99
+    );
+    println!(
+        "agent events             {:8} read from the rings, {} dropped",
+        res.events, res.dropped
+    );
+    println!(
+        "side tasks               not run: the gate and scheduler are not built yet (issue 5)"
+    );
+    if let Err(e) = std::fs::create_dir_all(&a.out) {
+        eprintln!("freeride demo: cannot create {}: {e}", a.out.display());
+        return 1;
+    }
+    let tl = Timeline {
+        pids: &res.truth.pids,
+        kernels: &res.kernels,
+        bubbles: &res.bubbles,
+    };
+    let its = &res.truth.iterations;
+    let (from, to) = match its.len() {
+        0 => (0, 0),
+        n => (its[n.saturating_sub(2)].start_ns, its[n - 1].end_ns),
+    };
+    let svg = a.out.join("freeride-demo.svg");
+    let trace = a.out.join("freeride-demo.trace.json");
+    for (path, text) in [(&svg, tl.svg(from, to)), (&trace, tl.perfetto())] {
+        if let Err(e) = std::fs::write(path, text) {
+            eprintln!("freeride demo: cannot write {}: {e}", path.display());
+            return 1;
+        }
+    }
+    println!("timeline picture         {}", svg.display());
+    println!(
+        "Perfetto trace           {} (open in https://ui.perfetto.dev)",
+        trace.display()
+    );
+    0
+}

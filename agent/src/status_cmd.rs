@@ -1,0 +1,96 @@
+//! `freeride status`: the live per-GPU view, from the agent's published state.
+use clap::Args;
+use freeride_abi::{now_ns, session};
+use freeride_agent::status::STATUS_FILE;
+use serde_json::Value;
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// Session directory (default: $FREERIDE_DIR, else /dev/shm/freeride-<uid>).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Print the agent's state as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A state older than this means the agent is not running.
+const STALE_NS: u64 = 2_000_000_000;
+
+pub fn main(a: StatusArgs) -> i32 {
+    let dir = a.dir.unwrap_or_else(session::resolve_dir);
+    let path = dir.join(STATUS_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(_) => {
+            eprintln!(
+                "freeride status: no agent serves {} (start one: freeride agent)",
+                dir.display()
+            );
+            return 1;
+        }
+    };
+    let v: Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!(
+                "freeride status: {} is not a valid agent state: {e}",
+                path.display()
+            );
+            return 1;
+        }
+    };
+    let t = v["t_ns"].as_u64().unwrap_or(0);
+    let agent_pid = v["agent_pid"].as_u64().unwrap_or(0) as u32;
+    if now_ns().saturating_sub(t) > STALE_NS || !session::pid_alive(agent_pid) {
+        eprintln!(
+            "freeride status: the agent (pid {agent_pid}) of {} is not running",
+            dir.display()
+        );
+        return 1;
+    }
+    if a.json {
+        println!("{v}");
+        return 0;
+    }
+    println!("agent pid {agent_pid}, session {}", dir.display());
+    println!(
+        "{:>4}  {:<16} {:>12} {:>12} {:>10}  state",
+        "gpu", "trainers", "iteration", "bubble share", "bubbles"
+    );
+    for g in v["gpus"].as_array().into_iter().flatten() {
+        let iter_ns = g["iteration_ns"].as_u64();
+        let trainers: Vec<String> = g["trainers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| p.to_string())
+            .collect();
+        let state = if g["bubble_open"].as_bool() == Some(true) {
+            match g["bubble_predicted_end_ns"].as_u64() {
+                Some(e) => format!(
+                    "bubble open, ends in {:.1} ms",
+                    e.saturating_sub(t) as f64 / 1e6
+                ),
+                None => "bubble open".to_string(),
+            }
+        } else {
+            "busy".to_string()
+        };
+        println!(
+            "{:>4}  {:<16} {:>12} {:>12} {:>10}  {state}",
+            g["device"].to_string(),
+            trainers.join(","),
+            iter_ns
+                .map(|n| format!("{:.1} ms", n as f64 / 1e6))
+                .unwrap_or_else(|| "learning".into()),
+            g["bubble_share"]
+                .as_f64()
+                .map(|x| format!("{:.1} %", x * 100.0))
+                .unwrap_or_default(),
+            g["bubbles"].to_string(),
+        );
+    }
+    0
+}
