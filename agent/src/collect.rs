@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 
 /// How often the session directory is listed for new rings.
 pub const RESCAN_NS: Ns = 20_000_000;
+/// A ring file whose header is still not valid this long after it was first seen is ignored.
+pub const UNREADY_GIVE_UP_NS: Ns = 1_000_000_000;
 /// Records taken from one ring per poll (so that one busy ring cannot starve the others).
 const MAX_PER_POLL: usize = 4096;
 
@@ -48,6 +50,8 @@ pub struct Collector {
     dir: PathBuf,
     procs: HashMap<PathBuf, Proc>,
     refused: HashSet<PathBuf>,
+    /// Rings without a valid magic yet (being created), with when they were first seen.
+    unready: HashMap<PathBuf, Ns>,
     /// Messages about rings that could not be read, for the operator (drained by the caller).
     pub warnings: Vec<String>,
     last_scan: Option<Ns>,
@@ -60,6 +64,7 @@ impl Collector {
             dir: dir.to_path_buf(),
             procs: HashMap::new(),
             refused: HashSet::new(),
+            unready: HashMap::new(),
             warnings: Vec::new(),
             last_scan: None,
             buf: Vec::with_capacity(MAX_PER_POLL),
@@ -73,7 +78,7 @@ impl Collector {
             .last_scan
             .is_none_or(|t| now.saturating_sub(t) >= RESCAN_NS)
         {
-            self.scan();
+            self.scan(now);
             self.last_scan = Some(now);
         }
         let mut finished = vec![];
@@ -101,18 +106,18 @@ impl Collector {
         }
     }
 
-    fn scan(&mut self) {
+    fn scan(&mut self, now: Ns) {
         let Ok(paths) = session::list_rings(&self.dir) else {
             return;
         };
         for path in paths {
-            if self.procs.contains_key(&path) {
+            if self.procs.contains_key(&path) || self.refused.contains(&path) {
                 continue;
             }
             match RingReader::open(&path) {
                 Ok(reader) => {
                     let info = reader.info();
-                    self.refused.remove(&path);
+                    self.unready.remove(&path);
                     let view = ProcessView {
                         pid: info.pid,
                         role: info.role,
@@ -131,13 +136,23 @@ impl Collector {
                         },
                     );
                 }
-                // A ring being created: try again at the next scan.
-                Err(OpenError::BadMagic) => {}
-                Err(e) => {
-                    if self.refused.insert(path.clone()) {
-                        self.warnings
-                            .push(format!("ignoring {}: {e}", path.display()));
+                // A ring being created: try again at the next scan, for a while.
+                Err(OpenError::BadMagic) => {
+                    let first = *self.unready.entry(path.clone()).or_insert(now);
+                    if now.saturating_sub(first) >= UNREADY_GIVE_UP_NS {
+                        self.unready.remove(&path);
+                        self.warnings.push(format!(
+                            "ignoring {}: not a freeride ring (no valid header after {} ms)",
+                            path.display(),
+                            UNREADY_GIVE_UP_NS / 1_000_000
+                        ));
+                        self.refused.insert(path);
                     }
+                }
+                Err(e) => {
+                    self.warnings
+                        .push(format!("ignoring {}: {e}", path.display()));
+                    self.refused.insert(path);
                 }
             }
         }

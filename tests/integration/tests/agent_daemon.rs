@@ -1,0 +1,166 @@
+//! `freeride agent` as a daemon beside a running job: restarts, dead processes' rings, hostile files.
+use freeride_tests::built;
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn session(tag: &str) -> std::path::PathBuf {
+    let d = std::path::PathBuf::from(format!(
+        "/dev/shm/freeride-itest-{tag}-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn agent(dir: &Path) -> Child {
+    Command::new(built("freeride"))
+        .args(["agent", "--metrics-port", "0", "--dir"])
+        .arg(dir)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start agent")
+}
+
+fn job(dir: &Path, iterations: u32) -> Child {
+    Command::new(built("freeride"))
+        .args(["run", "--"])
+        .arg(built("pipesim"))
+        .args(["--stages", "2", "--microbatches", "4", "--iterations"])
+        .arg(iterations.to_string())
+        .env("FREERIDE_DIR", dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start pipesim under freeride")
+}
+
+fn status(dir: &Path) -> Option<Value> {
+    let out = Command::new(built("freeride"))
+        .args(["status", "--json", "--dir"])
+        .arg(dir)
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).ok())
+        .flatten()
+}
+
+/// Waits until every GPU's iteration period is known; returns the state.
+fn wait_learnt(dir: &Path, gpus: usize, within: Duration) -> Option<Value> {
+    let t0 = Instant::now();
+    while t0.elapsed() < within {
+        if let Some(v) = status(dir) {
+            let g = v["gpus"].as_array().cloned().unwrap_or_default();
+            if g.len() == gpus
+                && g.iter()
+                    .all(|g| g["iteration_ns"].is_u64() && g["bubbles"].as_u64() > Some(0))
+            {
+                return Some(v);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+#[test]
+fn a_restarted_agent_relearns_from_live_rings() {
+    let dir = session("restart");
+    let mut a = agent(&dir);
+    std::thread::sleep(Duration::from_millis(200));
+    let mut j = job(&dir, 14);
+    assert!(
+        wait_learnt(&dir, 2, Duration::from_secs(20)).is_some(),
+        "first agent never learnt the job"
+    );
+    a.kill().unwrap();
+    a.wait().unwrap();
+    let killed_at = Instant::now();
+    let mut b = agent(&dir);
+    // The iteration is about 150 ms (2 stages, 4 micro-batches of 10 ms): 3 iterations < 0.5 s; allow
+    // a busy machine several times that.
+    let v = wait_learnt(&dir, 2, Duration::from_secs(5));
+    let took = killed_at.elapsed();
+    assert!(v.is_some(), "restarted agent did not relearn within 5 s");
+    let period = v.unwrap()["gpus"][0]["iteration_ns"].as_u64().unwrap();
+    assert!(
+        period > 100_000_000 && period < 400_000_000,
+        "period {period}"
+    );
+    let st = j.wait().unwrap();
+    assert!(
+        st.success(),
+        "the job failed beside a killed and restarted agent: {st}"
+    );
+    b.kill().unwrap();
+    b.wait().unwrap();
+    eprintln!("relearnt in {took:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn dead_rings_and_garbage_files_do_not_stop_the_agent() {
+    let dir = session("dead");
+    // A finished job leaves its rings behind.
+    assert!(job(&dir, 2).wait().unwrap().success());
+    let rings = std::fs::read_dir(&dir).unwrap().count();
+    assert!(rings >= 2, "expected the job's rings in {}", dir.display());
+    // A file with a ring's name and random contents, and a truncated one.
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut junk: Vec<u8> = (0..1 << 16)
+        .map(|i: u32| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let write = |name: &str, bytes: &[u8]| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(0o600)
+            .open(dir.join(name))
+            .and_then(|mut f| std::io::Write::write_all(&mut f, bytes))
+            .unwrap();
+    };
+    write("ring-4000000-1.ring", &junk);
+    junk.truncate(100);
+    write("ring-4000001-1.ring", &junk);
+    let mut a = agent(&dir);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut j = job(&dir, 6);
+    let v = wait_learnt(&dir, 2, Duration::from_secs(20));
+    assert!(
+        v.is_some(),
+        "agent did not serve the live job beside dead and garbage rings"
+    );
+    assert!(j.wait().unwrap().success());
+    assert!(a.try_wait().unwrap().is_none(), "the agent died");
+    // SAFETY: plain kill(2) of our child.
+    unsafe { libc::kill(a.id() as i32, libc::SIGTERM) };
+    let out = a.wait_with_output().unwrap();
+    assert!(out.status.success(), "agent exit: {:?}", out.status);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("ring-4000000-1.ring"),
+        "no warning about the garbage ring: {err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_second_agent_on_the_same_session_is_refused() {
+    let dir = session("twice");
+    let mut a = agent(&dir);
+    std::thread::sleep(Duration::from_millis(300));
+    let out = Command::new(built("freeride"))
+        .args(["agent", "--metrics-port", "0", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("another agent"));
+    a.kill().unwrap();
+    a.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
