@@ -51,6 +51,11 @@ pub struct Device {
 pub struct Admission {
     /// Share of the device held (percent).
     pub share: u32,
+    /// The earliest GPU time (logical, ns) at which the kernel may start: the logical end of the
+    /// latest kernel released before this admission that held a share (0 when the kernel holds
+    /// none, i.e. a communication kernel in `timeslice` mode). Never later than the admission's
+    /// real time: a kernel is released only once its logical end has passed.
+    pub not_before_ns: u64,
 }
 
 static DEVICES: Mutex<Vec<Arc<Device>>> = Mutex::new(Vec::new());
@@ -114,12 +119,14 @@ impl Device {
         self.process_share
     }
 
-    /// Blocks until a kernel may start (see [`crate::arbiter`]), then holds its share.
+    /// Blocks (in real time) until a kernel may start (see [`crate::arbiter`]), then holds its
+    /// share.
     pub fn admit(&self, comm: bool) -> Admission {
         let share = arbiter::share_needed(self.mode, comm, self.process_share);
         let shm = &*self.shm;
         let mut waiter: Option<(usize, u64)> = None;
         let mut last_reap = crate::abi::now_ns();
+        let mut not_before_ns = 0;
         loop {
             let gen;
             let mut admitted = false;
@@ -135,6 +142,9 @@ impl Device {
                 };
                 if arbiter::may_start(running_shares(shm), share, comm, oldest) {
                     shm.slots[self.slot].share_held.fetch_add(share, Relaxed);
+                    if share > 0 {
+                        not_before_ns = shm.last_release_ns.load(Relaxed);
+                    }
                     if let Some((i, _)) = waiter {
                         shm.waiters[i].ticket.store(0, Relaxed);
                         bump(shm);
@@ -147,7 +157,10 @@ impl Device {
                     // The next compute kernel in line may fit too (mps).
                     futex::wake(&shm.gen, i32::MAX);
                 }
-                return Admission { share };
+                return Admission {
+                    share,
+                    not_before_ns,
+                };
             }
             futex::wait(&shm.gen, gen, STALE_CHECK_NS);
             let now = crate::abi::now_ns();
@@ -158,12 +171,17 @@ impl Device {
         }
     }
 
-    /// Gives back what an [`Admission`] held.
-    pub fn release(&self, adm: Admission) {
+    /// Gives back what an [`Admission`] held; `end_ns` is the kernel's logical end (GPU time),
+    /// which must not be later than now. A kernel that held a share records it as the device's
+    /// `last_release_ns` (see [`Admission::not_before_ns`]).
+    pub fn release(&self, adm: Admission, end_ns: u64) {
         {
             let _g = lock::lock(&self.shm.lock);
             let held = &self.shm.slots[self.slot].share_held;
             held.store(held.load(Relaxed).saturating_sub(adm.share), Relaxed);
+            if adm.share > 0 {
+                self.shm.last_release_ns.fetch_max(end_ns, Relaxed);
+            }
             bump(&self.shm);
         }
         futex::wake(&self.shm.gen, i32::MAX);

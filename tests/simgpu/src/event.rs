@@ -1,22 +1,43 @@
 //! Events: an event's latest record is a [`Record`] that completes (with a timestamp) when the
 //! stream it was recorded on reaches it.
+//!
+//! The timestamp is the stream's *logical* GPU time at that point (see [`crate::stream`]): the
+//! end of the stream's previous op, or the record's enqueue time if the stream was idle by then.
+//! Completion itself (what [`Event::query`] and [`Event::synchronize`] see) happens in real time.
+use crate::abi::now_ns;
 use crate::stream::{Op, Stream};
 use std::sync::{Arc, Condvar, Mutex};
 
 /// One recording of an event: completes when its stream executes it.
-#[derive(Default)]
 pub struct Record {
+    /// When the host enqueued the record (real time).
+    queued_ns: u64,
     done_ns: Mutex<Option<u64>>,
     cv: Condvar,
 }
 
+impl Default for Record {
+    fn default() -> Record {
+        Record::new()
+    }
+}
+
 impl Record {
-    /// A pending record.
+    /// A pending record, enqueued now.
     pub fn new() -> Record {
-        Record::default()
+        Record {
+            queued_ns: now_ns(),
+            done_ns: Mutex::new(None),
+            cv: Condvar::new(),
+        }
     }
 
-    /// Marks the record complete at `ts_ns` and wakes its waiters.
+    /// When the host enqueued the record: its timestamp is never earlier.
+    pub fn queued_ns(&self) -> u64 {
+        self.queued_ns
+    }
+
+    /// Marks the record complete at (GPU time) `ts_ns` and wakes its waiters.
     pub fn complete(&self, ts_ns: u64) {
         *self.done_ns.lock().unwrap_or_else(|e| e.into_inner()) = Some(ts_ns);
         self.cv.notify_all();
@@ -102,7 +123,7 @@ impl Event {
         }
     }
 
-    /// Nanoseconds from `start`'s record to `end`'s record.
+    /// Nanoseconds from `start`'s record to `end`'s record (their logical GPU timestamps).
     pub fn elapsed_ns(start: &Event, end: &Event) -> Result<i64, ElapsedError> {
         if start.flags & DISABLE_TIMING != 0 || end.flags & DISABLE_TIMING != 0 {
             return Err(ElapsedError::InvalidHandle);

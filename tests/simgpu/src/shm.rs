@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 /// "FRSIMGPU", published last by the creator.
 pub const MAGIC: u64 = 0x5550_474d_4953_5246;
 /// Layout version.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Processes that can use one device at the same time.
 pub const MAX_SLOTS: usize = 128;
 /// Compute kernels that can wait for admission on one device at the same time.
@@ -58,6 +58,11 @@ pub struct DeviceShm {
     pub next_ticket: AtomicU64,
     /// Next fake device address handed out on this device.
     pub next_addr: AtomicU64,
+    /// The logical end (GPU time, ns) of the latest-ending kernel released so far that held a
+    /// share of the device: in `timeslice` mode the compute kernels, in `mps` mode all kernels.
+    /// A kernel that needs a share starts (logically) no earlier than this; see
+    /// [`crate::stream`].
+    pub last_release_ns: AtomicU64,
     pub slots: [Slot; MAX_SLOTS],
     pub waiters: [Waiter; MAX_WAITERS],
 }

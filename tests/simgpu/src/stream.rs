@@ -3,6 +3,29 @@
 //! A kernel op is executed as: admission by the device ([`Device::admit`]), then running for its
 //! duration (real time, `clock_nanosleep` to an absolute deadline) or, for a communication kernel,
 //! calling its [`DeviceWork`]'s `run`; then release, then its ground-truth line.
+//!
+//! # Logical GPU time
+//! An executor thread wakes tens to hundreds of microseconds late on a busy machine (after an
+//! enqueue, a cross-stream wait, an admission). A real GPU does not, so the simulated GPU keeps a
+//! *logical* timeline that such latency does not show in, while kernels still take real time:
+//! * Each stream has `ready_ns`: the GPU time at which its previous op finished.
+//! * A kernel starts at max(`ready_ns`, its enqueue time `queued_ns`, the device's
+//!   [`Admission::not_before_ns`]): the logical end of the latest kernel released before its
+//!   admission that held a share of the device (`timeslice`: compute kernels only, so compute
+//!   kernels never overlap; `mps`: every kernel, a conservative bound that keeps the shares of
+//!   logically overlapping kernels within 100%). Each of these is at most the real time of the
+//!   admission, so a kernel never starts in the future.
+//! * A plain kernel ends at start + its run time: the executor sleeps until then (absolute
+//!   deadline; if the thread woke so late that this has passed, it does not sleep and the kernel
+//!   still ends at start + run time). A communication kernel with a [`DeviceWork`] ends at
+//!   max(real time after `run` returns, start): its waiting (NCCL's) is real time.
+//! * An event record completes with timestamp max(`ready_ns`, the record's enqueue time); a
+//!   cross-stream wait ([`Op::Wait`]) moves `ready_ns` up to the awaited record's timestamp; a host
+//!   op ([`Op::Host`]) moves it up to the real time after it ran.
+//!
+//! The truth lines carry these logical times. Completion (synchronize, query) is real time.
+//!
+//! [`Admission::not_before_ns`]: crate::device::Admission::not_before_ns
 use crate::abi::{now_ns, DeviceWork};
 use crate::arbiter;
 use crate::device::Device;
@@ -145,6 +168,8 @@ impl Stream {
 }
 
 fn executor(inner: Arc<Inner>) {
+    // The stream's logical GPU time: when its previous op finished.
+    let mut ready_ns = 0;
     loop {
         let op = {
             let mut st = inner.state();
@@ -158,32 +183,42 @@ fn executor(inner: Arc<Inner>) {
                 st = inner.cv.wait(st).unwrap_or_else(|e| e.into_inner());
             }
         };
-        execute(&inner.device, op);
+        ready_ns = execute(&inner.device, op, ready_ns);
         inner.state().completed += 1;
         inner.cv.notify_all();
     }
 }
 
-fn execute(device: &Device, op: Op) {
+/// Executes `op` on a stream whose logical time is `ready_ns`; returns the stream's logical time
+/// after it (never earlier than `ready_ns`).
+fn execute(device: &Device, op: Op, ready_ns: u64) -> u64 {
     match op {
-        Op::Kernel(k) => run_kernel(device, k),
-        Op::Record(r) => r.complete(now_ns()),
-        Op::Wait(r) => {
-            r.wait();
+        Op::Kernel(k) => run_kernel(device, k, ready_ns).1,
+        Op::Record(r) => {
+            let ts = ready_ns.max(r.queued_ns());
+            r.complete(ts);
+            ts
         }
-        Op::Host(f) => f(),
+        Op::Wait(r) => ready_ns.max(r.wait()),
+        Op::Host(f) => {
+            f();
+            ready_ns.max(now_ns())
+        }
     }
 }
 
-/// Runs one kernel on `device` (blocking the calling executor thread) and writes its truth line.
-pub fn run_kernel(device: &Device, k: KernelOp) {
+/// Runs one kernel on `device` (blocking the calling executor thread) on a stream whose logical
+/// time is `ready_ns`, and writes its truth line. Returns the kernel's logical `(start, end)`
+/// (see the module docs).
+pub fn run_kernel(device: &Device, k: KernelOp, ready_ns: u64) -> (u64, u64) {
     let adm = device.admit(k.comm);
-    let start_ns = now_ns();
-    match k.work {
+    let start_ns = ready_ns.max(k.queued_ns).max(adm.not_before_ns);
+    let end_ns = match k.work {
         Some(Work(w)) => {
             // SAFETY: by the kernel ABI `run` is a valid function taking ownership of `ctx`; it is
             // called exactly once (the Work is consumed here).
-            unsafe { (w.run)(w.ctx) }
+            unsafe { (w.run)(w.ctx) };
+            now_ns().max(start_ns)
         }
         None => {
             let ns = if k.comm {
@@ -191,11 +226,12 @@ pub fn run_kernel(device: &Device, k: KernelOp) {
             } else {
                 arbiter::run_time_ns(device.mode(), k.duration_ns, adm.share)
             };
-            Device::sleep_until(start_ns + ns);
+            let end_ns = start_ns.saturating_add(ns);
+            Device::sleep_until(end_ns);
+            end_ns
         }
-    }
-    let end_ns = now_ns();
-    device.release(adm);
+    };
+    device.release(adm, end_ns);
     trace::write(&TruthLine {
         device: device.id(),
         // SAFETY: getpid has no preconditions.
@@ -209,4 +245,5 @@ pub fn run_kernel(device: &Device, k: KernelOp) {
         start_ns,
         end_ns,
     });
+    (start_ns, end_ns)
 }

@@ -221,11 +221,12 @@ impl Drv {
         e
     }
 
-    /// Launches kernel `name` for `ns` on `stream` (cuLaunchKernel).
+    /// Launches kernel `name` for `ns` on `stream` (cuLaunchKernel); a comm kernel gets no
+    /// `DeviceWork` (it runs for `ns`).
     fn launch(&self, name: &str, ns: u64, stream: P) {
         let f = self.func(name);
         let mut d = ns;
-        let mut params: [P; 1] = [(&mut d as *mut u64).cast()];
+        let mut params: [P; 2] = [(&mut d as *mut u64).cast(), std::ptr::null_mut()];
         let null = std::ptr::null_mut();
         ok!((self.api.launch)(
             f,
@@ -363,6 +364,9 @@ fn child() {
         "mem_hold" => scenario_mem_hold(),
         "kernel" => scenario_kernel(),
         "not_init" => scenario_not_init(),
+        "late_wake" => scenario_late_wake(),
+        "hop" => scenario_hop(),
+        "burst" => scenario_burst(),
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -407,6 +411,67 @@ fn scenario_cross_wait() {
     d.launch("nccl_later", 300_000_000, a);
     ok!((d.api.event_record)(ev, a));
     ok!((d.api.stream_synchronize)(b));
+    ok!((d.api.ctx_synchronize)(std::ptr::null_mut()));
+}
+
+/// Kernels enqueued on a stream whose executor is blocked (idle), and back to back.
+fn scenario_late_wake() {
+    let d = Drv::new();
+    let s = d.stream();
+    let (e0, e1) = (d.event(), d.event());
+    d.launch("warm", 1_000_000, s);
+    ok!((d.api.stream_synchronize)(s));
+    for i in 0..5 {
+        // The executor is blocked waiting for work when the launch comes.
+        std::thread::sleep(Duration::from_millis(20));
+        d.launch(&format!("idle_start{i}"), 2_000_000, s);
+        ok!((d.api.stream_synchronize)(s));
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    ok!((d.api.event_record)(e0, s));
+    d.launch("k1", 5_000_000, s);
+    d.launch("k2", 1_000_000, s);
+    ok!((d.api.event_record)(e1, s));
+    ok!((d.api.stream_synchronize)(s));
+    let mut ms = 0f32;
+    ok!((d.api.event_elapsed)(&mut ms, e0, e1));
+    println!("elapsed_ms={ms}");
+}
+
+/// A 5 ms kernel on stream a, an event recorded after it; stream b waits for the event, then runs
+/// its kernel.
+fn scenario_hop() {
+    let d = Drv::new();
+    let (a, b) = (d.stream(), d.stream());
+    let ev = d.event();
+    for i in 0..5 {
+        d.launch(&format!("hop_a{i}"), 5_000_000, a);
+        ok!((d.api.event_record)(ev, a));
+        ok!((d.api.stream_wait_event)(b, ev, 0));
+        d.launch(&format!("hop_b{i}"), 1_000_000, b);
+        ok!((d.api.ctx_synchronize)(std::ptr::null_mut()));
+    }
+}
+
+/// Many short compute kernels over two streams, with comm kernels in between (for two processes
+/// at once).
+fn scenario_burst() {
+    let d = Drv::new();
+    let (a, b) = (d.stream(), d.stream());
+    let tag = std::env::var("KERNEL").unwrap();
+    println!("ready");
+    let go = PathBuf::from(std::env::var("GO_FILE").unwrap());
+    while !go.exists() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for i in 0..10 {
+        d.launch(&format!("{tag}_a{i}"), 1_000_000, a);
+        d.launch(&format!("{tag}_b{i}"), 500_000, b);
+        d.launch(&format!("nccl_{tag}_{i}"), 300_000, a);
+        if i % 3 == 0 {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
     ok!((d.api.ctx_synchronize)(std::ptr::null_mut()));
 }
 
@@ -712,6 +777,104 @@ fn truth_lines_name_the_api() {
     }
     for g in &graph {
         assert_eq!(g["api"], "cuGraphLaunch");
+    }
+}
+
+/// Per (pid, stream): the truth lines in order never go back in time and never start before
+/// they were queued.
+fn check_streams_monotonic(t: &[Value]) {
+    let mut last: std::collections::HashMap<(u64, u64), u64> = Default::default();
+    for l in t {
+        let (q, (s, e)) = (l["queued_ns"].as_u64().unwrap(), span(l));
+        assert!(q <= s && s <= e, "{l}");
+        let key = (l["pid"].as_u64().unwrap(), l["stream"].as_u64().unwrap());
+        let prev = last.insert(key, e).unwrap_or(0);
+        assert!(prev <= s, "stream went back in time at {l}");
+    }
+}
+
+#[test]
+fn idle_stream_starts_at_enqueue_time() {
+    let sb = Sandbox::new("late");
+    let out = sb.cmd("late_wake", &[]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t = trace_lines(&sb.trace());
+    check_streams_monotonic(&t);
+    for i in 0..5 {
+        let l = find(&t, &format!("idle_start{i}"));
+        let (q, (s, e)) = (l["queued_ns"].as_u64().unwrap(), span(l));
+        eprintln!("idle_start{i}: start - queued = {} ns", s as i64 - q as i64);
+        // The executor wakes tens of microseconds late, but the GPU started on time.
+        assert!(s >= q && s - q < 20_000, "start - queued = {} ns", s - q);
+        assert_eq!(e - s, 2_000_000, "a kernel runs exactly its duration");
+    }
+    let (k1, k2) = (find(&t, "k1"), find(&t, "k2"));
+    assert_eq!(span(k1).1, span(k2).0, "back to back on one stream");
+    let ms: f32 = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.split("elapsed_ms=").nth(1))
+        .unwrap()
+        .parse()
+        .unwrap();
+    // The events' timestamps are the GPU's: 6 ms of kernels plus the few microseconds between the
+    // first record and the first launch.
+    assert!((6.0..6.05).contains(&ms), "elapsed {ms} ms");
+}
+
+#[test]
+fn cross_stream_hop_adds_no_wakeup_latency() {
+    let sb = Sandbox::new("hop");
+    sb.run("hop", &[]);
+    let t = trace_lines(&sb.trace());
+    check_streams_monotonic(&t);
+    for i in 0..5 {
+        let (a, b) = (
+            find(&t, &format!("hop_a{i}")),
+            find(&t, &format!("hop_b{i}")),
+        );
+        let (a_end, b_start) = (span(a).1, span(b).0);
+        eprintln!(
+            "hop {i}: b.start - a.end = {} ns",
+            b_start as i64 - a_end as i64
+        );
+        assert!(b_start >= a_end, "b waited for a");
+        assert!(
+            b_start - a_end < 20_000,
+            "hop {i}: b started {} ns after a ended",
+            b_start - a_end
+        );
+    }
+}
+
+#[test]
+fn timeslice_bursts_of_two_processes_never_overlap() {
+    let sb = Sandbox::new("burst");
+    let go = sb.dir.join("go");
+    let go_s = go.to_str().unwrap().to_owned();
+    let mut kids: Vec<Child> = ["x", "y"]
+        .iter()
+        .map(|k| sb.spawn("burst", &[("KERNEL", k), ("GO_FILE", &go_s)]))
+        .collect();
+    for k in kids.iter_mut() {
+        wait_line(k, "ready");
+    }
+    std::fs::write(&go, "").unwrap();
+    for k in kids.iter_mut() {
+        assert!(k.wait().unwrap().success());
+    }
+    let t = trace_lines(&sb.trace());
+    assert_eq!(t.len(), 60, "{t:?}");
+    check_streams_monotonic(&t);
+    let compute: Vec<&Value> = t.iter().filter(|l| l["kind"] == "compute").collect();
+    assert_eq!(compute.len(), 40);
+    for (i, a) in compute.iter().enumerate() {
+        for b in &compute[i + 1..] {
+            assert!(!overlap(a, b), "compute kernels overlap: {a} {b}");
+        }
     }
 }
 
