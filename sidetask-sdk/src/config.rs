@@ -149,7 +149,8 @@ mod tests {
 
     #[test]
     fn json_defaults_and_errors() {
-        let c = TaskConfig::from_json(r#"{"name":"x","device":3,"no_agent":"standalone"}"#).unwrap();
+        let c =
+            TaskConfig::from_json(r#"{"name":"x","device":3,"no_agent":"standalone"}"#).unwrap();
         assert_eq!(c.name, "x");
         assert_eq!(c.no_agent, NoAgent::Standalone);
         assert_eq!(c.window, 64);

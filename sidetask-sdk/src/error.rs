@@ -21,7 +21,10 @@ pub enum SdkError {
     /// The side task's own code failed (init or step).
     Task(String),
     /// The operation needs a state the task is not in.
-    WrongState { expected: &'static str, actual: State },
+    WrongState {
+        expected: &'static str,
+        actual: State,
+    },
     Io(std::io::Error),
 }
 

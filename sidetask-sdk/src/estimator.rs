@@ -75,7 +75,9 @@ mod tests {
         e.record(10_000_000);
         let mut x: u64 = 12345;
         for _ in 0..500 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let noise = (x >> 33) % 100_001; // 0..=100 µs
             e.record(950_000 + noise);
         }

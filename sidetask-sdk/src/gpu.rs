@@ -22,6 +22,10 @@ const SIM_MODULE_IMAGE: &[u8] = b"freeride-sidetask simulated module\0";
 
 static NEXT_GPU_ID: AtomicU64 = AtomicU64::new(1);
 
+/// A module loaded by [`Gpu::load_module`] (valid while that `Gpu` lives).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Module(sys::CUmodule);
+
 /// A kernel handle of one [`Gpu`] (valid while that `Gpu` lives; launching it on another `Gpu` is
 /// an error, not undefined behaviour).
 #[derive(Clone, Copy, Debug)]
@@ -37,7 +41,7 @@ pub struct Gpu {
     ctx: sys::CUcontext,
     stream: sys::CUstream,
     modules: Vec<sys::CUmodule>,
-    sim_module: Option<sys::CUmodule>,
+    sim_module: Option<Module>,
     kernels: HashMap<String, Kernel>,
     first_launch_ns: Cell<Option<u64>>,
     launches: Cell<u64>,
@@ -98,7 +102,7 @@ impl Gpu {
 
     /// Loads a module image (cubin/fatbin, or NUL-terminated PTX; the simulated driver takes any
     /// bytes). It stays loaded until the `Gpu` is dropped.
-    pub fn load_module(&mut self, image: &[u8]) -> Result<sys::CUmodule> {
+    pub fn load_module(&mut self, image: &[u8]) -> Result<Module> {
         self.make_current()?;
         let mut owned = image.to_vec();
         if owned.last() != Some(&0) {
@@ -108,18 +112,18 @@ impl Gpu {
         // copies the image).
         let m = unsafe { cu::module::load_data(owned.as_ptr() as *const c_void)? };
         self.modules.push(m);
-        Ok(m)
+        Ok(Module(m))
     }
 
     /// A kernel of a module loaded by [`Gpu::load_module`].
-    pub fn function(&mut self, module: sys::CUmodule, name: &str) -> Result<Kernel> {
-        if !self.modules.contains(&module) {
+    pub fn function(&mut self, module: Module, name: &str) -> Result<Kernel> {
+        if !self.modules.contains(&module.0) {
             return Err(SdkError::Driver("module not loaded by this Gpu".into()));
         }
         self.make_current()?;
         let cname = CString::new(name).map_err(|_| SdkError::Driver("NUL in name".into()))?;
         // SAFETY: `module` is loaded (checked above) and stays loaded while `self` lives.
-        let func = unsafe { cu::module::get_function(module, cname)? };
+        let func = unsafe { cu::module::get_function(module.0, cname)? };
         Ok(Kernel {
             func,
             gpu_id: self.id,
@@ -157,7 +161,16 @@ impl Gpu {
         let mut params = [&mut ns as *mut u64 as *mut c_void];
         // SAFETY: `kernel.func` comes from a module of this Gpu that is still loaded; the single
         // parameter points to a live u64 and the driver copies parameter values at launch.
-        unsafe { cu::launch_kernel(kernel.func, (1, 1, 1), (1, 1, 1), 0, self.stream, &mut params)? };
+        unsafe {
+            cu::launch_kernel(
+                kernel.func,
+                (1, 1, 1),
+                (1, 1, 1),
+                0,
+                self.stream,
+                &mut params,
+            )?
+        };
         self.launches.set(self.launches.get() + 1);
         Ok(())
     }

@@ -4,7 +4,9 @@
 //! Protocol: `epoch` is made odd, the fields are stored, `epoch` is made even again (Release);
 //! readers retry or treat the block as closed while the epoch is odd or changed under them.
 use crate::shm_map::GrantMap;
-use freeride_abi::grant::{GRANT_CLOSED, GRANT_FILE_SIZE, GRANT_LAYOUT_VERSION, GRANT_MAGIC, GRANT_OPEN};
+use freeride_abi::grant::{
+    GRANT_CLOSED, GRANT_FILE_SIZE, GRANT_LAYOUT_VERSION, GRANT_MAGIC, GRANT_OPEN,
+};
 use freeride_abi::now_ns;
 use std::io;
 use std::path::{Path, PathBuf};

@@ -78,7 +78,11 @@ pub struct TransitionError {
 
 impl fmt::Display for TransitionError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid life-cycle transition {} -> {}", self.from, self.to)
+        write!(
+            f,
+            "invalid life-cycle transition {} -> {}",
+            self.from, self.to
+        )
     }
 }
 

@@ -97,3 +97,61 @@ mod tests {
         assert!(b.reserve(u64::MAX).is_err());
     }
 }
+
+/// Device allocations of one task, checked against its [`MemBudget`] (freed by `free`, or all at
+/// once by `free_all` when the task ends).
+#[derive(Debug)]
+pub struct DeviceMemory {
+    budget: std::sync::Arc<MemBudget>,
+    live: std::collections::HashMap<u64, u64>,
+}
+
+impl DeviceMemory {
+    pub fn new(budget: std::sync::Arc<MemBudget>) -> Self {
+        DeviceMemory {
+            budget,
+            live: Default::default(),
+        }
+    }
+
+    pub fn budget(&self) -> &MemBudget {
+        &self.budget
+    }
+
+    /// Allocates `bytes` of device memory, or fails with `OverBudget` before touching the GPU.
+    pub fn alloc(&mut self, gpu: &crate::gpu::Gpu, bytes: u64) -> Result<u64> {
+        let size = usize::try_from(bytes.max(1))
+            .map_err(|_| SdkError::Driver("allocation size does not fit usize".into()))?;
+        self.budget.reserve(bytes)?;
+        match gpu.raw_alloc(size) {
+            Ok(p) => {
+                self.live.insert(p, bytes);
+                Ok(p)
+            }
+            Err(e) => {
+                self.budget.release(bytes);
+                Err(e)
+            }
+        }
+    }
+
+    pub fn free(&mut self, gpu: &crate::gpu::Gpu, ptr: u64) -> Result<()> {
+        let bytes = self
+            .live
+            .remove(&ptr)
+            .ok_or_else(|| SdkError::Driver(format!("0x{ptr:x} was not allocated by this task")))?;
+        self.budget.release(bytes);
+        gpu.raw_free(ptr)
+    }
+
+    pub fn free_all(&mut self, gpu: &crate::gpu::Gpu) {
+        for (p, bytes) in std::mem::take(&mut self.live) {
+            self.budget.release(bytes);
+            let _ = gpu.raw_free(p);
+        }
+    }
+
+    pub fn live_allocations(&self) -> usize {
+        self.live.len()
+    }
+}

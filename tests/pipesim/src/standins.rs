@@ -4,9 +4,12 @@ use std::ffi::OsString;
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// (link name, file cargo writes next to it in `target/<profile>/`).
-pub const LINKS: [(&str, &str); 4] = [
+/// (link name, file cargo writes next to it in `target/<profile>/`). `libcuda.so` too: loaders
+/// that try the unversioned name first (cudarc's dynamic loading) must find the stand-in before
+/// any real driver's development link elsewhere on the system.
+pub const LINKS: [(&str, &str); 5] = [
     ("libcuda.so.1", "libcuda.so"),
+    ("libcuda.so", "libcuda.so"),
     ("libcudart.so.13", "libcudart.so"),
     ("libnccl.so.2", "libnccl.so"),
     ("libcublas.so.13", "libcublas.so"),
@@ -111,7 +114,7 @@ mod tests {
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
-        assert_eq!(names.len(), 5, "{names:?}");
+        assert_eq!(names.len(), 6, "{names:?}");
         std::fs::remove_dir_all(&base).unwrap();
     }
 }

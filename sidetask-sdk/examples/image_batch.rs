@@ -1,0 +1,150 @@
+//! Batch image processing as a freeride side task: resize + watermark. Small images are generated
+//! and processed for real on the CPU (bilinear resize, alpha-blended watermark, a checksum of the
+//! output); the GPU work is simulated by kernels sized by pixel counts (`h2d`, `resize`,
+//! `watermark`, `d2h`). One step = one image.
+//!
+//! `cargo run --release -p freeride-sidetask-sdk --example image_batch -- --device 0 --standalone \
+//!   --images 40 --size 96 --out-size 48`
+use freeride_sidetask::cli::Args;
+use freeride_sidetask::{Ctx, Runtime, SideTask, StepOutcome, TaskResult};
+
+#[derive(Clone)]
+struct Image {
+    w: usize,
+    h: usize,
+    px: Vec<[u8; 3]>,
+}
+
+fn generate(i: usize, size: usize) -> Image {
+    let px = (0..size * size)
+        .map(|k| {
+            let (x, y) = (k % size, k / size);
+            [
+                ((x * 255 / size) ^ (i * 37)) as u8,
+                ((y * 255 / size) + i * 11) as u8,
+                (((x + y) * 3 + i) % 256) as u8,
+            ]
+        })
+        .collect();
+    Image {
+        w: size,
+        h: size,
+        px,
+    }
+}
+
+fn resize(src: &Image, w: usize, h: usize) -> Image {
+    let mut px = Vec::with_capacity(w * h);
+    for y in 0..h {
+        let fy = (y as f64 + 0.5) * src.h as f64 / h as f64 - 0.5;
+        let y0 = fy.floor().clamp(0.0, (src.h - 1) as f64) as usize;
+        let y1 = (y0 + 1).min(src.h - 1);
+        let ty = (fy - y0 as f64).clamp(0.0, 1.0);
+        for x in 0..w {
+            let fx = (x as f64 + 0.5) * src.w as f64 / w as f64 - 0.5;
+            let x0 = fx.floor().clamp(0.0, (src.w - 1) as f64) as usize;
+            let x1 = (x0 + 1).min(src.w - 1);
+            let tx = (fx - x0 as f64).clamp(0.0, 1.0);
+            let p = |xx: usize, yy: usize, c: usize| src.px[yy * src.w + xx][c] as f64;
+            let mut out = [0u8; 3];
+            for (c, o) in out.iter_mut().enumerate() {
+                let top = p(x0, y0, c) * (1.0 - tx) + p(x1, y0, c) * tx;
+                let bot = p(x0, y1, c) * (1.0 - tx) + p(x1, y1, c) * tx;
+                *o = (top * (1.0 - ty) + bot * ty).round() as u8;
+            }
+            px.push(out);
+        }
+    }
+    Image { w, h, px }
+}
+
+/// A diagonal-stripes mark blended at 30 % in the bottom-right quarter.
+fn watermark(img: &mut Image) {
+    for y in img.h / 2..img.h {
+        for x in img.w / 2..img.w {
+            if (x + y) % 6 < 2 {
+                for c in img.px[y * img.w + x].iter_mut() {
+                    *c = ((*c as u32 * 7 + 255 * 3) / 10) as u8;
+                }
+            }
+        }
+    }
+}
+
+struct Batch {
+    n: usize,
+    size: usize,
+    out: usize,
+    done: usize,
+    checksum: u64,
+    ns_per_pixel: u64,
+    staging: Option<u64>,
+}
+
+impl SideTask for Batch {
+    fn init(&mut self, ctx: &mut Ctx) -> TaskResult<()> {
+        // One device staging buffer for an input and an output image.
+        let bytes = ((self.size * self.size + self.out * self.out) * 3) as u64;
+        self.staging = Some(ctx.alloc(bytes)?);
+        Ok(())
+    }
+
+    fn step(&mut self, ctx: &mut Ctx) -> TaskResult<StepOutcome> {
+        let src = generate(self.done, self.size);
+        let (in_px, out_px) = ((self.size * self.size) as u64, (self.out * self.out) as u64);
+        let gpu = ctx.gpu()?;
+        gpu.launch_ns("h2d_image", in_px / 4 + 1_000)?;
+        gpu.launch_ns("resize_bilinear", in_px * self.ns_per_pixel)?;
+        gpu.launch_ns("watermark", out_px * self.ns_per_pixel)?;
+        gpu.launch_ns("d2h_image", out_px / 4 + 1_000)?;
+        let mut img = resize(&src, self.out, self.out);
+        watermark(&mut img);
+        for (k, p) in img.px.iter().enumerate() {
+            self.checksum = self
+                .checksum
+                .wrapping_mul(31)
+                .wrapping_add(k as u64 ^ (p[0] as u64 | (p[1] as u64) << 8 | (p[2] as u64) << 16));
+        }
+        self.done += 1;
+        if self.done.checked_rem(10) == Some(0) {
+            println!("image_batch: {}/{} images", self.done, self.n);
+        }
+        Ok(StepOutcome::Continue)
+    }
+
+    fn is_finished(&self) -> bool {
+        self.done >= self.n
+    }
+}
+
+fn main() {
+    let args = Args::from_env("image_batch");
+    let size = args.get_u64("size", 96).max(2) as usize;
+    let mut task = Batch {
+        n: args.get_u64("images", 40) as usize,
+        size,
+        out: args.get_u64("out-size", 48).clamp(1, 4096) as usize,
+        done: 0,
+        checksum: 17,
+        ns_per_pixel: args.get_u64("ns-per-pixel", 20),
+        staging: None,
+    };
+    let mut rt = Runtime::new(args.config.clone()).unwrap_or_else(|e| {
+        eprintln!("image_batch: {e}");
+        std::process::exit(1)
+    });
+    match rt.run(&mut task) {
+        Ok(s) => println!(
+            "{}",
+            s.to_json_with(serde_json::json!({
+                "images": task.done,
+                "checksum": format!("{:016x}", task.checksum),
+                "staging_allocated": task.staging.is_some(),
+            }))
+        ),
+        Err(e) => {
+            eprintln!("image_batch: {e}");
+            std::process::exit(1);
+        }
+    }
+}

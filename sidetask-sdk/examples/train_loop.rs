@@ -1,0 +1,174 @@
+//! A small model-training loop as a freeride side task: a 2-layer MLP regression trained with
+//! minibatch SGD. The math runs for real on the CPU (the loss goes down); each step's GPU work is
+//! simulated by kernels sized by the layer shapes: forward GEMMs, the loss, backward GEMMs
+//! (input and weight gradients) and the optimizer update.
+//!
+//! `cargo run --release -p freeride-sidetask-sdk --example train_loop -- --device 0 --standalone \
+//!   --steps 200 --batch 64 --hidden 32`
+use freeride_sidetask::cli::Args;
+use freeride_sidetask::{Ctx, Runtime, SideTask, StepOutcome, TaskResult};
+
+struct Rng(u64);
+impl Rng {
+    fn next_f64(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+    }
+}
+
+struct Mlp {
+    d_in: usize,
+    hidden: usize,
+    w1: Vec<f64>, // hidden x d_in
+    w2: Vec<f64>, // hidden
+}
+
+struct Trainer {
+    model: Mlp,
+    teacher: Vec<f64>,
+    rng: Rng,
+    batch: usize,
+    lr: f64,
+    steps: u64,
+    max_steps: u64,
+    first_loss: f64,
+    loss: f64,
+    ns_per_flop_x1000: u64,
+    params_buf: Option<u64>,
+}
+
+impl Trainer {
+    fn kernel_ns(&self, flops: usize) -> u64 {
+        (flops as u64 * self.ns_per_flop_x1000 / 1000).max(1_000)
+    }
+
+    /// One SGD step on a fresh minibatch; returns the minibatch loss (MSE).
+    fn sgd_step(&mut self) -> f64 {
+        let (d, h) = (self.model.d_in, self.model.hidden);
+        let mut g1 = vec![0.0; h * d];
+        let mut g2 = vec![0.0; h];
+        let mut loss = 0.0;
+        for _ in 0..self.batch {
+            let x: Vec<f64> = (0..d).map(|_| self.rng.next_f64()).collect();
+            let y: f64 = x
+                .iter()
+                .zip(&self.teacher)
+                .map(|(a, b)| a * b)
+                .sum::<f64>()
+                .tanh();
+            let z: Vec<f64> = (0..h)
+                .map(|j| {
+                    (0..d)
+                        .map(|i| self.model.w1[j * d + i] * x[i])
+                        .sum::<f64>()
+                        .tanh()
+                })
+                .collect();
+            let out: f64 = z.iter().zip(&self.model.w2).map(|(a, b)| a * b).sum();
+            let err = out - y;
+            loss += err * err;
+            for j in 0..h {
+                g2[j] += err * z[j];
+                let dz = err * self.model.w2[j] * (1.0 - z[j] * z[j]);
+                for i in 0..d {
+                    g1[j * d + i] += dz * x[i];
+                }
+            }
+        }
+        let s = self.lr / self.batch as f64;
+        for (w, g) in self.model.w1.iter_mut().zip(&g1) {
+            *w -= s * g;
+        }
+        for (w, g) in self.model.w2.iter_mut().zip(&g2) {
+            *w -= s * g;
+        }
+        loss / self.batch as f64
+    }
+}
+
+impl SideTask for Trainer {
+    fn init(&mut self, ctx: &mut Ctx) -> TaskResult<()> {
+        let params = (self.model.w1.len() + self.model.w2.len()) as u64;
+        // Parameters, gradients and two optimizer moments, in fp32.
+        self.params_buf = Some(ctx.alloc(params * 4 * 4)?);
+        Ok(())
+    }
+
+    fn step(&mut self, ctx: &mut Ctx) -> TaskResult<StepOutcome> {
+        let (b, d, h) = (self.batch, self.model.d_in, self.model.hidden);
+        let fwd1 = self.kernel_ns(2 * b * d * h);
+        let fwd2 = self.kernel_ns(2 * b * h);
+        let gpu = ctx.gpu()?;
+        gpu.launch_ns("fwd_gemm1", fwd1)?;
+        gpu.launch_ns("fwd_tanh", 2_000)?;
+        gpu.launch_ns("fwd_gemm2", fwd2)?;
+        gpu.launch_ns("mse_loss", 1_000)?;
+        gpu.launch_ns("bwd_gemm2", 2 * fwd2)?;
+        gpu.launch_ns("bwd_gemm1_dgrad", fwd1)?;
+        gpu.launch_ns("bwd_gemm1_wgrad", fwd1)?;
+        gpu.launch_ns("sgd_update", self.kernel_ns(4 * d * h))?;
+        self.loss = self.sgd_step();
+        if self.steps == 0 {
+            self.first_loss = self.loss;
+        }
+        self.steps += 1;
+        if self.steps.checked_rem(25) == Some(0) {
+            println!("train_loop: step {} loss {:.5}", self.steps, self.loss);
+        }
+        Ok(StepOutcome::Continue)
+    }
+
+    fn is_finished(&self) -> bool {
+        self.steps >= self.max_steps
+    }
+
+    fn on_paused(&mut self, _ctx: &mut Ctx) {
+        // A real task could checkpoint here; paused tasks keep their GPU memory.
+    }
+}
+
+fn main() {
+    let args = Args::from_env("train_loop");
+    let d = args.get_u64("input", 16) as usize;
+    let h = args.get_u64("hidden", 32) as usize;
+    let mut rng = Rng(args.get_u64("seed", 7) | 1);
+    let teacher: Vec<f64> = (0..d).map(|_| rng.next_f64() * 0.5).collect();
+    let model = Mlp {
+        d_in: d,
+        hidden: h,
+        w1: (0..h * d).map(|_| rng.next_f64() * 0.3).collect(),
+        w2: (0..h).map(|_| rng.next_f64() * 0.3).collect(),
+    };
+    let mut task = Trainer {
+        model,
+        teacher,
+        rng,
+        batch: args.get_u64("batch", 64) as usize,
+        lr: args.get_f64("lr", 0.1),
+        steps: 0,
+        max_steps: args.get_u64("steps", 200),
+        first_loss: 0.0,
+        loss: 0.0,
+        ns_per_flop_x1000: args.get_u64("ps-per-flop", 2_000),
+        params_buf: None,
+    };
+    let mut rt = Runtime::new(args.config.clone()).unwrap_or_else(|e| {
+        eprintln!("train_loop: {e}");
+        std::process::exit(1)
+    });
+    match rt.run(&mut task) {
+        Ok(s) => println!(
+            "{}",
+            s.to_json_with(serde_json::json!({
+                "first_loss": task.first_loss,
+                "final_loss": task.loss,
+            }))
+        ),
+        Err(e) => {
+            eprintln!("train_loop: {e}");
+            std::process::exit(1);
+        }
+    }
+}

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""A PyTorch-style side task: a small regression model trained with SGD, one training step per
+freeride step (run only when the GPU's grant has room for it).
+
+With PyTorch and a GPU it uses torch itself (`torch.cuda.synchronize()` ends each step). Without
+torch (the test bed) a tiny torch-like API stands in: tensors of Python floats with the same
+calls (nn.Linear, nn.MSELoss, optim.SGD, backward, zero_grad), whose every op also queues a
+simulated GPU kernel sized by its FLOPs through the SDK.
+
+    python3 torch_style_task.py --device 0 --steps 40 --standalone
+"""
+import argparse
+import json
+import os
+import random
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import freeride_sidetask as fr  # noqa: E402
+
+try:
+    import torch  # noqa: F401
+
+    HAVE_TORCH = torch.cuda.is_available()
+except ImportError:
+    HAVE_TORCH = False
+
+
+class FakeTorch:
+    """Just enough of torch's API for this example, each op launching a simulated kernel."""
+
+    PS_PER_FLOP = 2000  # simulated GPU speed: 2 ns per FLOP (a small, slow "GPU")
+
+    def __init__(self, task):
+        self.task = task
+        ft = self
+
+        class Tensor:
+            def __init__(self, rows, grad_fn=None):
+                self.rows = rows  # list of lists
+                self.grad = None
+                self.grad_fn = grad_fn
+
+            def item(self):
+                return self.rows[0][0]
+
+            def backward(self):
+                self.grad_fn()
+
+        class Parameter(Tensor):
+            pass
+
+        class Linear:
+            def __init__(self, n_in, n_out):
+                rnd = random.Random(1)
+                self.weight = Parameter([[rnd.uniform(-0.3, 0.3) for _ in range(n_in)] for _ in range(n_out)])
+                self.bias = Parameter([[0.0] for _ in range(n_out)])
+                self.n_in, self.n_out = n_in, n_out
+
+            def parameters(self):
+                return [self.weight, self.bias]
+
+            def __call__(self, x):
+                ft.kernel("linear_fwd", 2 * len(x.rows) * self.n_in * self.n_out)
+                out = [[sum(w * xi for w, xi in zip(self.weight.rows[o], row)) + self.bias.rows[o][0]
+                        for o in range(self.n_out)] for row in x.rows]
+                t = Tensor(out)
+                t.inputs = (self, x)
+                return t
+
+        class MSELoss:
+            def __call__(self, pred, target):
+                ft.kernel("mse_loss", 3 * len(pred.rows))
+                n = len(pred.rows) * len(pred.rows[0])
+                diff = [[p - t for p, t in zip(pr, tr)] for pr, tr in zip(pred.rows, target.rows)]
+                loss = sum(d * d for row in diff for d in row) / n
+
+                def grad_fn():
+                    layer, x = pred.inputs
+                    ft.kernel("linear_bwd_wgrad", 2 * len(x.rows) * layer.n_in * layer.n_out)
+                    ft.kernel("linear_bwd_dgrad", 2 * len(x.rows) * layer.n_in * layer.n_out)
+                    gw = [[0.0] * layer.n_in for _ in range(layer.n_out)]
+                    gb = [[0.0] for _ in range(layer.n_out)]
+                    for row, drow in zip(x.rows, diff):
+                        for o, d in enumerate(drow):
+                            g = 2.0 * d / n
+                            gb[o][0] += g
+                            for i, xi in enumerate(row):
+                                gw[o][i] += g * xi
+                    layer.weight.grad, layer.bias.grad = gw, gb
+
+                return Tensor([[loss]], grad_fn)
+
+        class SGD:
+            def __init__(self, params, lr):
+                self.params, self.lr = list(params), lr
+
+            def zero_grad(self):
+                for p in self.params:
+                    p.grad = None
+
+            def step(self):
+                ft.kernel("sgd_update", 2 * sum(len(p.rows) * len(p.rows[0]) for p in self.params))
+                for p in self.params:
+                    if p.grad is not None:
+                        p.rows = [[w - self.lr * g for w, g in zip(r, gr)] for r, gr in zip(p.rows, p.grad)]
+
+        class nn:  # noqa: N801 (torch spelling)
+            pass
+
+        class optim:  # noqa: N801
+            pass
+
+        nn.Linear, nn.MSELoss, optim.SGD = Linear, MSELoss, SGD
+        self.nn, self.optim, self.Tensor = nn, optim, Tensor
+
+    def kernel(self, name, flops):
+        self.task.launch(name, max(1000, flops * self.PS_PER_FLOP // 1000))
+
+    def tensor(self, rows):
+        return self.Tensor(rows)
+
+    def synchronize(self):
+        self.task.sync()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--dim", type=int, default=8)
+    ap.add_argument("--standalone", action="store_true")
+    ap.add_argument("--session-dir")
+    args = ap.parse_args()
+
+    cfg = {"name": "torch_style", "device": args.device}
+    if args.standalone:
+        cfg["no_agent"] = "standalone"
+    if args.session_dir:
+        cfg["session_dir"] = args.session_dir
+    task = fr.SideTask(cfg)
+
+    if HAVE_TORCH:
+        import torch as T
+
+        dev = f"cuda:{args.device}"
+        tensor = lambda rows: T.tensor(rows, device=dev)  # noqa: E731
+        nn, optim, synchronize = T.nn, T.optim, T.cuda.synchronize
+        model = nn.Linear(args.dim, 1).to(dev)
+    else:
+        ft = FakeTorch(task)
+        tensor, nn, optim, synchronize = ft.tensor, ft.nn, ft.optim, ft.synchronize
+        model = nn.Linear(args.dim, 1)
+        # The model's parameters, gradients and optimizer state on the device, within budget.
+        task.alloc(4 * 3 * (args.dim + 1))
+    loss_fn = nn.MSELoss()
+    opt = optim.SGD(model.parameters(), lr=0.1)
+    rnd = random.Random(3)
+    true_w = [rnd.uniform(-1, 1) for _ in range(args.dim)]
+    task.created()
+
+    first_loss = last_loss = None
+    done = 0
+    while done < args.steps:
+        if task.wait_for_grant() is None:
+            break  # stop requested (SIGTERM): the task is now stopped
+        with task.step():
+            xs = [[rnd.uniform(-1, 1) for _ in range(args.dim)] for _ in range(args.batch)]
+            ys = [[sum(w * x for w, x in zip(true_w, row))] for row in xs]
+            loss = loss_fn(model(tensor(xs)), tensor(ys))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            synchronize()
+        last_loss = loss.item()
+        first_loss = last_loss if first_loss is None else first_loss
+        done += 1
+        if done % 10 == 0:
+            print(f"torch_style: step {done} loss {last_loss:.5f}")
+    if done >= args.steps:
+        task.finish()
+    print(json.dumps(task.summary(first_loss=first_loss, final_loss=last_loss, torch=HAVE_TORCH)))
+    task.close()
+
+
+if __name__ == "__main__":
+    main()

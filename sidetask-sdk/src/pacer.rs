@@ -1,0 +1,365 @@
+//! The core shared by the Rust runtime, the imperative runner and the C ABI: it reads the grant,
+//! decides whether the next step fits, learns step durations, keeps the life cycle and the
+//! counters, and writes the status file.
+//!
+//! A step fits when the grant is open and both
+//! * the time left (`open_until_ns - now`) >= the learned step span (from the step's start to the
+//!   return of its final synchronize), and
+//! * the GPU budget left in this grant (`budget_ns` minus the GPU time this task used since the
+//!   grant appeared) >= the learned GPU time of a step (first launch to synchronize return).
+//!
+//! Until a step has been measured, the first ("probe") step needs `probe_min_grant_ns` of both.
+//! A grant is told apart from the next one by its `(open_until_ns, budget_ns)` pair.
+use crate::config::{NoAgent, TaskConfig};
+use crate::error::Result;
+use crate::estimator::StepEstimator;
+use crate::grant_watch::{GrantRead, GrantWatch};
+use crate::lifecycle::{Lifecycle, State};
+use crate::memory::MemBudget;
+use crate::status::{StatusFile, StatusRecord};
+use crate::stop::StopFlag;
+use freeride_abi::now_ns;
+use serde::Serialize;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The room a grant leaves right now (`u64::MAX` fields in standalone mode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    pub time_left_ns: u64,
+    pub budget_left_ns: u64,
+    /// CLOCK_MONOTONIC end of the grant (`u64::MAX`: unbounded).
+    pub deadline_ns: u64,
+    /// No agent, running freely (`NoAgent::Standalone`).
+    pub standalone: bool,
+}
+
+impl Window {
+    pub fn unbounded() -> Self {
+        Window {
+            time_left_ns: u64::MAX,
+            budget_left_ns: u64::MAX,
+            deadline_ns: u64::MAX,
+            standalone: true,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Availability {
+    NoAgent,
+    Closed,
+    Open(Window),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitOutcome {
+    Fits(Window),
+    Stopped,
+    TimedOut,
+}
+
+/// How long one step took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepTiming {
+    pub span_ns: u64,
+    pub gpu_ns: u64,
+    /// The step ended after its grant's deadline.
+    pub overran: bool,
+}
+
+/// The final (or current) account of a task; `to_json` is the examples' summary line.
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub task: String,
+    pub state: &'static str,
+    pub steps: u64,
+    pub gpu_busy_ms: f64,
+    pub wall_ms: f64,
+    pub last_step_ms: f64,
+    pub step_estimate_ms: f64,
+    pub overruns: u64,
+}
+
+impl Summary {
+    /// The summary as one JSON object, with `extra`'s fields (an object) added.
+    pub fn to_json_with(&self, extra: serde_json::Value) -> String {
+        let mut v = serde_json::to_value(self).unwrap_or_default();
+        if let (Some(o), serde_json::Value::Object(e)) = (v.as_object_mut(), extra) {
+            o.extend(e);
+        }
+        v.to_string()
+    }
+}
+
+struct StepStart {
+    start_ns: u64,
+    window: Window,
+}
+
+pub struct Pacer {
+    cfg: TaskConfig,
+    grant: GrantWatch,
+    span: StepEstimator,
+    gpu: StepEstimator,
+    life: Lifecycle,
+    stop: StopFlag,
+    budget: Arc<MemBudget>,
+    status: Option<StatusFile>,
+    rec: StatusRecord,
+    grant_key: (u64, u64),
+    used_in_grant_ns: u64,
+    step: Option<StepStart>,
+    no_agent_noted: bool,
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+impl Pacer {
+    /// `mode`: "iterative" or "imperative" (shown in the status file).
+    pub fn new(cfg: TaskConfig, mode: &'static str) -> Result<Pacer> {
+        cfg.validate()?;
+        if cfg.handle_sigterm {
+            crate::stop::install_sigterm_handler();
+        }
+        let dir = cfg.session_dir();
+        let status = if cfg.write_status {
+            match freeride_abi::session::ensure_dir(&dir) {
+                Ok(()) => Some(StatusFile::new(&dir, cfg.status_interval_ms)),
+                Err(e) => {
+                    eprintln!(
+                        "freeride-sidetask: session directory {}: {e}; no status file",
+                        dir.display()
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let now = now_ns();
+        let rec = StatusRecord {
+            pid: std::process::id(),
+            task: cfg.name.clone(),
+            mode,
+            device: cfg.device,
+            state: State::Submitted.name(),
+            started_ns: now,
+            ..Default::default()
+        };
+        let mut p = Pacer {
+            grant: GrantWatch::new(&dir, cfg.device),
+            span: StepEstimator::new(cfg.window, cfg.quantile, cfg.margin),
+            gpu: StepEstimator::new(cfg.window, cfg.quantile, cfg.margin),
+            life: Lifecycle::default(),
+            stop: StopFlag::default(),
+            budget: Arc::new(MemBudget::new(cfg.mem_cap_bytes)),
+            status,
+            rec,
+            grant_key: (0, 0),
+            used_in_grant_ns: 0,
+            step: None,
+            no_agent_noted: false,
+            cfg,
+        };
+        p.write_status(true);
+        Ok(p)
+    }
+
+    pub fn config(&self) -> &TaskConfig {
+        &self.cfg
+    }
+
+    pub fn state(&self) -> State {
+        self.life.state()
+    }
+
+    pub fn stop_flag(&self) -> StopFlag {
+        self.stop.clone()
+    }
+
+    pub fn stop_requested(&self) -> bool {
+        self.stop.is_requested()
+    }
+
+    pub fn budget(&self) -> Arc<MemBudget> {
+        self.budget.clone()
+    }
+
+    pub fn status_path(&self) -> Option<&std::path::Path> {
+        self.status.as_ref().map(|s| s.path())
+    }
+
+    /// Moves the life cycle to `to` (returns the previous state) and reports it.
+    pub fn transition(&mut self, to: State) -> Result<State> {
+        let from = self.life.go(to)?;
+        self.write_status(true);
+        Ok(from)
+    }
+
+    pub fn write_status(&mut self, force: bool) {
+        let Some(s) = self.status.as_mut() else {
+            return;
+        };
+        self.rec.state = self.life.state().name();
+        self.rec.step_estimate_ns = self.span.estimate_ns().unwrap_or(0);
+        self.rec.mem_held_bytes = self.budget.held();
+        s.update(&mut self.rec, force);
+    }
+
+    /// Learned `(time, gpu budget)` a step needs, or the probe minimum before the first step.
+    /// `override_ns > 0` replaces both (a caller that knows its step).
+    pub fn needed_ns(&self, override_ns: u64) -> (u64, u64) {
+        if override_ns > 0 {
+            return (override_ns, override_ns);
+        }
+        match (self.span.estimate_ns(), self.gpu.estimate_ns()) {
+            (Some(s), Some(g)) => (s, g),
+            _ => (self.cfg.probe_min_grant_ns, self.cfg.probe_min_grant_ns),
+        }
+    }
+
+    /// The learned span estimate (0 until a step was measured).
+    pub fn step_estimate_ns(&self) -> u64 {
+        self.span.estimate_ns().unwrap_or(0)
+    }
+
+    pub fn gpu_estimate_ns(&self) -> u64 {
+        self.gpu.estimate_ns().unwrap_or(0)
+    }
+
+    pub fn availability(&mut self) -> Availability {
+        let standalone = self.cfg.no_agent == NoAgent::Standalone;
+        match self.grant.read() {
+            GrantRead::NoAgent if standalone => Availability::Open(Window::unbounded()),
+            GrantRead::NoAgent => Availability::NoAgent,
+            GrantRead::Busy => Availability::Closed,
+            GrantRead::Grant(g) => {
+                self.budget.set_grant_limit(g.mem_budget_bytes);
+                let now = now_ns();
+                let stale = self.cfg.heartbeat_stale_ms > 0
+                    && now.saturating_sub(g.heartbeat_ns) > self.cfg.heartbeat_stale_ms * 1_000_000;
+                if !g.open || stale || now >= g.open_until_ns {
+                    return Availability::Closed;
+                }
+                let key = (g.open_until_ns, g.budget_ns);
+                if key != self.grant_key {
+                    self.grant_key = key;
+                    self.used_in_grant_ns = 0;
+                }
+                Availability::Open(Window {
+                    time_left_ns: g.open_until_ns - now,
+                    budget_left_ns: g.budget_ns.saturating_sub(self.used_in_grant_ns),
+                    deadline_ns: g.open_until_ns,
+                    standalone: false,
+                })
+            }
+        }
+    }
+
+    /// The window if the next step fits in it now.
+    pub fn check(&mut self, override_ns: u64) -> Option<Window> {
+        let (t, b) = self.needed_ns(override_ns);
+        match self.availability() {
+            Availability::Open(w) if w.time_left_ns >= t && w.budget_left_ns >= b => Some(w),
+            _ => None,
+        }
+    }
+
+    /// Polls until the next step fits, a stop is requested, or `timeout` passes.
+    pub fn wait(&mut self, override_ns: u64, timeout: Option<Duration>) -> WaitOutcome {
+        let deadline = timeout.map(|t| now_ns().saturating_add(t.as_nanos() as u64));
+        let mut sleep_us = self.cfg.poll_min_us;
+        loop {
+            if self.stop_requested() {
+                return WaitOutcome::Stopped;
+            }
+            if let Some(w) = self.check(override_ns) {
+                return WaitOutcome::Fits(w);
+            }
+            let now = now_ns();
+            if deadline.is_some_and(|d| now >= d) {
+                return WaitOutcome::TimedOut;
+            }
+            self.write_status(false);
+            let pause = if self.availability() == Availability::NoAgent {
+                if !self.no_agent_noted {
+                    self.no_agent_noted = true;
+                    eprintln!(
+                        "freeride-sidetask: {}: no freeride agent ({} missing or dead); waiting \
+                         (no_agent=standalone or FREERIDE_SIDETASK_STANDALONE=1 runs freely)",
+                        self.cfg.name,
+                        self.grant.path().display()
+                    );
+                }
+                Duration::from_millis(self.cfg.no_agent_poll_ms.max(1))
+            } else {
+                let d = Duration::from_micros(sleep_us);
+                sleep_us = (sleep_us * 2).min(self.cfg.poll_max_us);
+                d
+            };
+            let pause = match deadline {
+                Some(d) => pause.min(Duration::from_nanos(d.saturating_sub(now))),
+                None => pause,
+            };
+            std::thread::sleep(pause);
+        }
+    }
+
+    pub fn step_begin(&mut self, window: Window) {
+        self.step = Some(StepStart {
+            start_ns: now_ns(),
+            window,
+        });
+    }
+
+    pub fn in_step(&self) -> bool {
+        self.step.is_some()
+    }
+
+    /// Ends the step begun by `step_begin`. `gpu_ns`: the GPU-side time if known (first launch to
+    /// synchronize return), else the whole span counts.
+    pub fn step_end(&mut self, gpu_ns: Option<u64>) -> Option<StepTiming> {
+        let s = self.step.take()?;
+        let end = now_ns();
+        let span_ns = end.saturating_sub(s.start_ns);
+        let gpu_ns = gpu_ns.unwrap_or(span_ns).min(span_ns);
+        let overran = !s.window.standalone && end > s.window.deadline_ns;
+        self.span.record(span_ns);
+        self.gpu.record(gpu_ns);
+        self.used_in_grant_ns += gpu_ns;
+        self.rec.steps += 1;
+        self.rec.gpu_busy_ns += gpu_ns;
+        self.rec.last_step_ns = span_ns;
+        self.rec.overruns += overran as u64;
+        self.write_status(false);
+        Some(StepTiming {
+            span_ns,
+            gpu_ns,
+            overran,
+        })
+    }
+
+    pub fn steps(&self) -> u64 {
+        self.rec.steps
+    }
+
+    pub fn gpu_busy_ns(&self) -> u64 {
+        self.rec.gpu_busy_ns
+    }
+
+    pub fn summary(&self) -> Summary {
+        Summary {
+            task: self.cfg.name.clone(),
+            state: self.life.state().name(),
+            steps: self.rec.steps,
+            gpu_busy_ms: ms(self.rec.gpu_busy_ns),
+            wall_ms: ms(now_ns().saturating_sub(self.rec.started_ns)),
+            last_step_ms: ms(self.rec.last_step_ns),
+            step_estimate_ms: ms(self.step_estimate_ns()),
+            overruns: self.rec.overruns,
+        }
+    }
+}

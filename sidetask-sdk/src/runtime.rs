@@ -1,0 +1,247 @@
+//! The iterative interface: a [`SideTask`] is driven by a [`Runtime`] that calls `step` only when
+//! the GPU's grant has room for it.
+//!
+//! ```text
+//! submitted --init ok--> created --> paused <--> running --> finished
+//!     \______________________\__________\___________\-----> stopped (stop, SIGTERM, error)
+//! ```
+//! Per step: wait until the step fits (see [`crate::pacer`]), move to `running` if paused, call
+//! `step`, synchronize the task's stream, record the step's span and GPU time. When the next step
+//! does not fit the task moves to `paused` (its GPU memory is kept) and polls the grant.
+use crate::config::TaskConfig;
+use crate::error::{Result, SdkError};
+use crate::gpu::Gpu;
+use crate::lifecycle::State;
+use crate::memory::DeviceMemory;
+use crate::pacer::{Pacer, Summary, WaitOutcome, Window};
+use crate::stop::StopFlag;
+use freeride_abi::now_ns;
+
+/// The error type of side-task code.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+pub type TaskResult<T> = std::result::Result<T, BoxError>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepOutcome {
+    Continue,
+    /// The task is done (same as `is_finished` returning true).
+    Finished,
+}
+
+/// A side task in iterative form. Hooks run on the runtime's thread at each transition.
+pub trait SideTask {
+    /// Loads data and allocates GPU memory (the task is `created` when this returns Ok). Runs
+    /// before any grant: queue GPU work in `step`, which is paced, not here.
+    fn init(&mut self, ctx: &mut Ctx) -> TaskResult<()>;
+    /// One unit of work. Queue GPU work on `ctx.gpu()`; the runtime synchronizes at the end.
+    fn step(&mut self, ctx: &mut Ctx) -> TaskResult<StepOutcome>;
+    fn is_finished(&self) -> bool;
+    fn on_created(&mut self, _ctx: &mut Ctx) {}
+    fn on_paused(&mut self, _ctx: &mut Ctx) {}
+    fn on_resumed(&mut self, _ctx: &mut Ctx) {}
+    fn on_finished(&mut self, _ctx: &mut Ctx) {}
+    fn on_stopped(&mut self, _ctx: &mut Ctx) {}
+}
+
+/// What a task sees: its GPU (opened on first use), its memory budget, the current grant.
+pub struct Ctx {
+    device: u32,
+    gpu: Option<Gpu>,
+    memory: DeviceMemory,
+    stop: StopFlag,
+    window: Option<Window>,
+    steps: u64,
+}
+
+impl Ctx {
+    fn new(pacer: &Pacer) -> Ctx {
+        Ctx {
+            device: pacer.config().device,
+            gpu: None,
+            memory: DeviceMemory::new(pacer.budget()),
+            stop: pacer.stop_flag(),
+            window: None,
+            steps: 0,
+        }
+    }
+
+    pub fn device(&self) -> u32 {
+        self.device
+    }
+
+    /// The task's GPU (context + stream on the configured device), opened on first use.
+    pub fn gpu(&mut self) -> Result<&mut Gpu> {
+        if self.gpu.is_none() {
+            self.gpu = Some(Gpu::open(self.device)?);
+        }
+        Ok(self.gpu.as_mut().expect("opened above"))
+    }
+
+    /// Launches the simulated kernel `name` running `duration_ns` on the task's stream.
+    pub fn launch_ns(&mut self, name: &str, duration_ns: u64) -> Result<()> {
+        self.gpu()?.launch_ns(name, duration_ns)
+    }
+
+    /// Device memory within the budget (grant's `mem_budget_bytes` and `mem_cap_bytes`):
+    /// `SdkError::OverBudget` otherwise, before anything is allocated.
+    pub fn alloc(&mut self, bytes: u64) -> Result<u64> {
+        // The budget is checked before the GPU is touched, so an over-budget request fails the
+        // same way with or without a driver.
+        self.memory.budget().reserve(bytes)?;
+        self.memory.budget().release(bytes);
+        self.gpu()?;
+        let gpu = self.gpu.as_ref().expect("opened above");
+        self.memory.alloc(gpu, bytes)
+    }
+
+    pub fn free(&mut self, ptr: u64) -> Result<()> {
+        let gpu = self
+            .gpu
+            .as_ref()
+            .ok_or_else(|| SdkError::Driver("nothing was allocated".into()))?;
+        self.memory.free(gpu, ptr)
+    }
+
+    pub fn mem_held(&self) -> u64 {
+        self.memory.budget().held()
+    }
+
+    pub fn mem_limit(&self) -> u64 {
+        self.memory.budget().limit()
+    }
+
+    /// The grant's room when the current step started (None outside a step).
+    pub fn window(&self) -> Option<Window> {
+        self.window
+    }
+
+    /// Steps completed so far.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    pub fn stop_requested(&self) -> bool {
+        self.stop.is_requested()
+    }
+
+    /// Waits for the step's GPU work; returns the GPU time since its first launch (if any).
+    fn finish_step_gpu(&mut self) -> Result<Option<u64>> {
+        let Some(gpu) = &self.gpu else {
+            return Ok(None);
+        };
+        gpu.synchronize()?;
+        Ok(gpu
+            .take_first_launch_ns()
+            .map(|t| now_ns().saturating_sub(t)))
+    }
+}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        if let Some(gpu) = &self.gpu {
+            self.memory.free_all(gpu);
+        }
+    }
+}
+
+/// Drives one [`SideTask`].
+pub struct Runtime {
+    pacer: Pacer,
+}
+
+impl Runtime {
+    pub fn new(cfg: TaskConfig) -> Result<Runtime> {
+        Ok(Runtime {
+            pacer: Pacer::new(cfg, "iterative")?,
+        })
+    }
+
+    /// Requests a stop from another thread (the task ends `stopped` after its current step).
+    pub fn stop_flag(&self) -> StopFlag {
+        self.pacer.stop_flag()
+    }
+
+    pub fn pacer(&self) -> &Pacer {
+        &self.pacer
+    }
+
+    fn go<T: SideTask + ?Sized>(&mut self, task: &mut T, ctx: &mut Ctx, to: State) -> Result<()> {
+        self.pacer.transition(to)?;
+        match to {
+            State::Created => task.on_created(ctx),
+            State::Paused => task.on_paused(ctx),
+            State::Running => task.on_resumed(ctx),
+            State::Finished => task.on_finished(ctx),
+            State::Stopped => task.on_stopped(ctx),
+            State::Submitted => {}
+        }
+        Ok(())
+    }
+
+    fn fail<T: SideTask + ?Sized>(
+        &mut self,
+        task: &mut T,
+        ctx: &mut Ctx,
+        what: &str,
+        e: BoxError,
+    ) -> SdkError {
+        let _ = self.go(task, ctx, State::Stopped);
+        SdkError::Task(format!("{what}: {e}"))
+    }
+
+    /// Runs `task` to `finished` or `stopped`. Errors of `init`/`step` stop the task and are
+    /// returned; a stop request (flag or SIGTERM) is a clean `stopped` summary.
+    pub fn run<T: SideTask + ?Sized>(&mut self, task: &mut T) -> Result<Summary> {
+        let mut ctx = Ctx::new(&self.pacer);
+        if let Err(e) = task.init(&mut ctx) {
+            return Err(self.fail(task, &mut ctx, "init", e));
+        }
+        self.go(task, &mut ctx, State::Created)?;
+        self.go(task, &mut ctx, State::Paused)?;
+        loop {
+            if self.pacer.stop_requested() {
+                self.go(task, &mut ctx, State::Stopped)?;
+                break;
+            }
+            if task.is_finished() {
+                self.go(task, &mut ctx, State::Finished)?;
+                break;
+            }
+            let window = match self.pacer.check(0) {
+                Some(w) => w,
+                None => {
+                    if self.pacer.state() == State::Running {
+                        self.go(task, &mut ctx, State::Paused)?;
+                    }
+                    match self.pacer.wait(0, None) {
+                        WaitOutcome::Fits(w) => w,
+                        WaitOutcome::Stopped | WaitOutcome::TimedOut => continue,
+                    }
+                }
+            };
+            if self.pacer.state() == State::Paused {
+                self.go(task, &mut ctx, State::Running)?;
+            }
+            ctx.window = Some(window);
+            self.pacer.step_begin(window);
+            let outcome = task.step(&mut ctx);
+            let gpu = ctx.finish_step_gpu();
+            self.pacer.step_end(gpu.as_ref().ok().copied().flatten());
+            ctx.window = None;
+            ctx.steps += 1;
+            match (outcome, gpu) {
+                (Err(e), _) => return Err(self.fail(task, &mut ctx, "step", e)),
+                (Ok(_), Err(e)) => return Err(self.fail(task, &mut ctx, "synchronize", e.into())),
+                (Ok(StepOutcome::Finished), Ok(_)) => {
+                    self.go(task, &mut ctx, State::Finished)?;
+                    break;
+                }
+                (Ok(StepOutcome::Continue), Ok(_)) => {}
+            }
+        }
+        // Frees the task's device memory, so the final status shows what is still held (nothing).
+        drop(ctx);
+        self.pacer.write_status(true);
+        Ok(self.pacer.summary())
+    }
+}

@@ -1,0 +1,117 @@
+//! Shared by the integration tests.
+#![allow(dead_code)]
+use freeride_sidetask::{Ctx, NoAgent, SideTask, StepOutcome, TaskConfig, TaskResult};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+static N: AtomicU32 = AtomicU32::new(0);
+
+/// A fresh 0700 directory (a valid session directory); removed by the caller.
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "frst-it-{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::DirBuilder::new().mode(0o700).create(&d).unwrap();
+    d
+}
+
+pub fn config(dir: &std::path::Path, no_agent: NoAgent) -> TaskConfig {
+    TaskConfig {
+        name: "test-task".into(),
+        session_dir: Some(dir.to_path_buf()),
+        no_agent,
+        handle_sigterm: false,
+        status_interval_ms: 0,
+        ..Default::default()
+    }
+}
+
+/// A CPU-only task: each step sleeps `step`; records hooks and step start times.
+pub struct SleepTask {
+    pub step: Duration,
+    pub max_steps: u64,
+    pub done: Arc<AtomicU64>,
+    pub log: Arc<Mutex<Vec<String>>>,
+    pub starts: Arc<Mutex<Vec<u64>>>,
+    pub fail_init: bool,
+    pub fail_at_step: Option<u64>,
+}
+
+impl SleepTask {
+    pub fn new(step: Duration, max_steps: u64) -> Self {
+        SleepTask {
+            step,
+            max_steps,
+            done: Arc::default(),
+            log: Arc::default(),
+            starts: Arc::default(),
+            fail_init: false,
+            fail_at_step: None,
+        }
+    }
+
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    fn note(&self, s: &str) {
+        self.log.lock().unwrap().push(s.into());
+    }
+}
+
+impl SideTask for SleepTask {
+    fn init(&mut self, _ctx: &mut Ctx) -> TaskResult<()> {
+        self.note("init");
+        if self.fail_init {
+            return Err("init failed on purpose".into());
+        }
+        Ok(())
+    }
+
+    fn step(&mut self, _ctx: &mut Ctx) -> TaskResult<StepOutcome> {
+        self.starts.lock().unwrap().push(freeride_abi::now_ns());
+        let n = self.done.load(Ordering::SeqCst);
+        if self.fail_at_step == Some(n) {
+            return Err("step failed on purpose".into());
+        }
+        std::thread::sleep(self.step);
+        self.done.fetch_add(1, Ordering::SeqCst);
+        self.note("step");
+        Ok(StepOutcome::Continue)
+    }
+
+    fn is_finished(&self) -> bool {
+        self.done.load(Ordering::SeqCst) >= self.max_steps
+    }
+
+    fn on_created(&mut self, _ctx: &mut Ctx) {
+        self.note("created");
+    }
+    fn on_paused(&mut self, _ctx: &mut Ctx) {
+        self.note("paused");
+    }
+    fn on_resumed(&mut self, _ctx: &mut Ctx) {
+        self.note("resumed");
+    }
+    fn on_finished(&mut self, _ctx: &mut Ctx) {
+        self.note("finished");
+    }
+    fn on_stopped(&mut self, _ctx: &mut Ctx) {
+        self.note("stopped");
+    }
+}
+
+/// Reads the status file of this process in `dir`.
+pub fn read_status(dir: &std::path::Path) -> serde_json::Value {
+    let p = dir.join(freeride_sidetask::status::status_file_name(
+        std::process::id(),
+    ));
+    serde_json::from_slice(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        .unwrap()
+}

@@ -1,0 +1,144 @@
+//! Steps start only inside an open grant with room for them, using a grant block this test writes
+//! itself (the seqlock writer of `freeride_sidetask::grant_writer`), with no GPU.
+mod common;
+use common::*;
+use freeride_abi::now_ns;
+use freeride_sidetask::grant_writer::GrantWriter;
+use freeride_sidetask::{NoAgent, Runtime};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+const MS: u64 = 1_000_000;
+
+fn sleep_ns(ns: u64) {
+    std::thread::sleep(Duration::from_nanos(ns));
+}
+
+#[test]
+fn steps_run_only_in_grants_that_fit() {
+    let dir = temp_dir("gate");
+    let writer = GrantWriter::create(&dir, 0).unwrap();
+    let mut cfg = config(&dir, NoAgent::Wait);
+    cfg.probe_min_grant_ns = 4 * MS;
+    // A step sleeps 1 ms: its learned estimate is >= 1.2 ms.
+    let mut task = SleepTask::new(Duration::from_millis(1), 12);
+    let done = task.done.clone();
+    let starts = task.starts.clone();
+    let log = task.log.clone();
+
+    let agent = std::thread::spawn(move || {
+        // (open_at, until) of every grant that could fit a step.
+        let mut windows: Vec<(u64, u64)> = vec![];
+        let steps = || done.load(Ordering::SeqCst);
+
+        // Phase 0: grants shorter than the probe minimum: no probe step may start.
+        for _ in 0..20 {
+            writer.open_for(2 * MS, 2 * MS, 0);
+            sleep_ns(2 * MS);
+            writer.close(0);
+            sleep_ns(MS);
+        }
+        let after_probe_phase = steps();
+
+        // Phase 1: learn, in 10 ms grants.
+        while steps() < 5 {
+            let at = now_ns();
+            let until = writer.open_for(10 * MS, 10 * MS, 0);
+            windows.push((at, until));
+            sleep_ns(10 * MS);
+            writer.close(0);
+            sleep_ns(3 * MS);
+        }
+        sleep_ns(5 * MS);
+        let learned = steps();
+
+        // Phase 2: open but too short for the learned step, then long but with too little budget.
+        for _ in 0..30 {
+            writer.open_for(MS / 2, MS / 2, 0);
+            sleep_ns(MS / 2);
+            writer.close(0);
+            sleep_ns(MS / 2);
+        }
+        writer.open_for(40 * MS, MS / 2, 0);
+        sleep_ns(40 * MS);
+        writer.close(0);
+        let after_short = steps();
+
+        // Phase 3: a long grant with a budget of about three steps, then enough to finish.
+        let at = now_ns();
+        let until = writer.open_for(60 * MS, 4 * MS, 0);
+        windows.push((at, until));
+        sleep_ns(60 * MS);
+        writer.close(0);
+        let after_budget = steps();
+        while steps() < 12 {
+            let at = now_ns();
+            let until = writer.open_for(20 * MS, 20 * MS, 0);
+            windows.push((at, until));
+            sleep_ns(20 * MS);
+        }
+        (
+            windows,
+            after_probe_phase,
+            learned,
+            after_short,
+            after_budget,
+        )
+    });
+
+    let s = Runtime::new(cfg).unwrap().run(&mut task).unwrap();
+    let (windows, after_probe, learned, after_short, after_budget) = agent.join().unwrap();
+    assert_eq!(s.state, "finished");
+    assert_eq!(s.steps, 12);
+    assert_eq!(
+        after_probe, 0,
+        "a probe step started in a grant below probe_min_grant_ns"
+    );
+    assert_eq!(
+        after_short, learned,
+        "steps started in grants shorter than (or with less budget than) the learned duration"
+    );
+    let in_budget_grant = after_budget - after_short;
+    assert!(
+        (1..=4).contains(&in_budget_grant),
+        "a 4 ms budget fits 1..=3 steps of >= 1 ms (+1 if the estimate lags), ran {in_budget_grant}"
+    );
+    for t in starts.lock().unwrap().iter() {
+        assert!(
+            windows.iter().any(|(a, u)| a <= t && t < u),
+            "a step started at {t}, outside every open grant"
+        );
+    }
+    let log = log.lock().unwrap().clone();
+    assert_eq!(&log[..3], ["init", "created", "paused"]);
+    assert!(
+        log.iter().filter(|l| *l == "paused").count() >= 3,
+        "{log:?}"
+    );
+    assert_eq!(
+        log.iter().filter(|l| *l == "paused").count(),
+        log.iter().filter(|l| *l == "resumed").count(),
+        "{log:?}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn stale_heartbeat_or_dead_block_reads_closed() {
+    let dir = temp_dir("stale");
+    let writer = GrantWriter::create(&dir, 1).unwrap();
+    let mut cfg = config(&dir, NoAgent::Standalone);
+    cfg.device = 1;
+    cfg.heartbeat_stale_ms = 20;
+    let mut p = freeride_sidetask::pacer::Pacer::new(cfg, "iterative").unwrap();
+    writer.open_for(500 * MS, 500 * MS, 0);
+    assert!(p.check(MS).is_some());
+    // The agent stops touching the block: closed once the heartbeat is stale, though "open".
+    std::thread::sleep(Duration::from_millis(40));
+    assert!(p.check(MS).is_none());
+    // An invalid block is "no agent": standalone mode runs freely.
+    writer.invalidate();
+    let w = p.check(MS).expect("standalone without a valid block");
+    assert!(w.standalone);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,347 @@
+//! The SDK on the test bed: the examples, the C ABI program and the Python example run as
+//! processes on the stand-in `libcuda.so.1` (cudarc loads it dynamically), and their kernels show
+//! up in the simulated GPU's ground-truth trace (`$FREERIDE_SIM_TRACE`).
+//!
+//! Needs `cargo build --release -p standin-cuda` (target/release/libcuda.so); the examples are
+//! built by `cargo test` itself. Each test uses its own FREERIDE_SIM_DIR under /dev/shm and
+//! removes it afterwards.
+mod common;
+use common::temp_dir;
+use freeride_abi::now_ns;
+use freeride_sidetask::grant_writer::GrantWriter;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+fn release_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let mut d = exe.parent().unwrap().to_path_buf();
+    if d.ends_with("deps") {
+        d.pop();
+    }
+    d
+}
+
+/// A test-bed sandbox: a library folder with the stand-in driver under its real names, a session
+/// directory, a simulated-GPU folder and a trace file.
+struct Bed {
+    root: PathBuf,
+    lib: PathBuf,
+    session: PathBuf,
+    sim: PathBuf,
+    trace: PathBuf,
+}
+
+impl Bed {
+    /// None (and a printed reason) when the stand-in driver is not built.
+    fn new(tag: &str) -> Option<Bed> {
+        let driver = release_dir().join("libcuda.so");
+        if !driver.exists() {
+            eprintln!(
+                "SKIPPED: {} missing; build it with `cargo build --release -p standin-cuda`",
+                driver.display()
+            );
+            return None;
+        }
+        let root = temp_dir(tag);
+        let lib = root.join("lib");
+        std::fs::create_dir(&lib).unwrap();
+        for name in ["libcuda.so.1", "libcuda.so"] {
+            std::os::unix::fs::symlink(&driver, lib.join(name)).unwrap();
+        }
+        let session = root.join("session");
+        std::fs::create_dir(&session).unwrap();
+        std::fs::set_permissions(
+            &session,
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .unwrap();
+        let sim = PathBuf::from(format!(
+            "/dev/shm/frst-sim-{}-{}",
+            std::process::id(),
+            root.file_name().unwrap().to_string_lossy()
+        ));
+        Some(Bed {
+            trace: root.join("trace.jsonl"),
+            root,
+            lib,
+            session,
+            sim,
+        })
+    }
+
+    fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new(program);
+        c.env("LD_LIBRARY_PATH", &self.lib)
+            .env("FREERIDE_SIM_DIR", &self.sim)
+            .env("FREERIDE_SIM_TRACE", &self.trace)
+            .env("FREERIDE_DIR", &self.session)
+            .env_remove("FREERIDE_SIDETASK_STANDALONE")
+            .env_remove("FREERIDE_SIDETASK_DEVICE")
+            .env_remove("LD_PRELOAD");
+        c
+    }
+
+    /// Kernel records of process `pid`.
+    fn kernels(&self, pid: u32) -> Vec<Value> {
+        let text = std::fs::read_to_string(&self.trace).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["pid"].as_u64() == Some(pid as u64))
+            .collect()
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.sim);
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn example(name: &str) -> PathBuf {
+    let p = release_dir().join("examples").join(name);
+    assert!(
+        p.exists(),
+        "{} missing: cargo build --release -p freeride-sidetask-sdk --examples",
+        p.display()
+    );
+    p
+}
+
+/// The last stdout line as JSON.
+fn summary(out: &Output) -> Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "failed: {}\nstdout: {stdout}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = stdout.lines().last().expect("no output");
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("bad summary {last:?}: {e}"))
+}
+
+fn count(kernels: &[Value], name: &str) -> usize {
+    kernels.iter().filter(|k| k["kernel"] == name).count()
+}
+
+fn run_example(bed: &Bed, name: &str, args: &[&str]) -> (Value, Vec<Value>) {
+    let child = bed
+        .command(example(name))
+        .args(["--device", "0", "--standalone"])
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let s = summary(&out);
+    (s, bed.kernels(pid))
+}
+
+#[test]
+fn examples_run_on_the_standin_driver() {
+    let Some(bed) = Bed::new("examples") else {
+        return;
+    };
+    let (s, k) = run_example(&bed, "pagerank", &["--nodes", "3000", "--iterations", "30"]);
+    assert_eq!(s["state"], "finished");
+    let iters = s["iterations"].as_u64().unwrap();
+    assert_eq!(s["steps"].as_u64(), Some(iters));
+    assert!((s["rank_sum"].as_f64().unwrap() - 1.0).abs() < 1e-6, "{s}");
+    assert_eq!(count(&k, "spmv"), iters as usize);
+    assert_eq!(count(&k, "rank_update"), iters as usize);
+    assert_eq!(count(&k, "csr_upload"), 1);
+    assert!(s["gpu_busy_ms"].as_f64().unwrap() > 0.0);
+
+    let (s, k) = run_example(&bed, "train_loop", &["--steps", "30"]);
+    assert_eq!(s["state"], "finished");
+    assert_eq!(s["steps"], 30);
+    assert!(
+        s["final_loss"].as_f64().unwrap() < s["first_loss"].as_f64().unwrap(),
+        "{s}"
+    );
+    for name in ["fwd_gemm1", "bwd_gemm1_wgrad", "sgd_update"] {
+        assert_eq!(count(&k, name), 30, "{name}");
+    }
+
+    let (s, k) = run_example(&bed, "image_batch", &["--images", "12", "--size", "40"]);
+    assert_eq!(s["state"], "finished");
+    assert_eq!(s["images"], 12);
+    assert_eq!(count(&k, "resize_bilinear"), 12);
+    assert_eq!(count(&k, "watermark"), 12);
+    // The status file of the last run says what `freeride status` will show.
+    let any_status = std::fs::read_dir(&bed.session)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .any(|e| e.file_name().to_string_lossy().starts_with("sidetask-"));
+    assert!(
+        any_status,
+        "no sidetask-<pid>.json in the session directory"
+    );
+}
+
+/// Under an "agent" (this test writing the grant block), no kernel of the side task is queued
+/// while the grant is closed, except a step that overran the end of its grant.
+#[test]
+fn pagerank_launches_only_inside_grants() {
+    let Some(bed) = Bed::new("grants") else {
+        return;
+    };
+    let writer = GrantWriter::create(&bed.session, 0).unwrap();
+    let mut child = bed
+        .command(example("pagerank"))
+        .args([
+            "--device",
+            "0",
+            "--nodes",
+            "2000",
+            "--iterations",
+            "25",
+            "--tol",
+            "0",
+        ])
+        // About 1.6 ms of GPU work per iteration: a 15 ms grant fits a few, not all.
+        .args(["--ns-per-edge", "100"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut windows = vec![];
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "pagerank did not finish"
+        );
+        let at = now_ns();
+        let until = writer.open_for(15_000_000, 15_000_000, 0);
+        windows.push((at, until));
+        std::thread::sleep(Duration::from_millis(15));
+        writer.close(0);
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let out = child.wait_with_output().unwrap();
+    let s = summary(&out);
+    assert_eq!(s["state"], "finished");
+    assert_eq!(s["steps"], 25);
+    let k = bed.kernels(pid);
+    assert_eq!(count(&k, "spmv"), 25);
+    assert!(
+        windows.len() >= 3,
+        "the run should have needed several grants"
+    );
+    // Slack for a step that started in time and overran (the estimate is learned, not known).
+    let slack = 10_000_000;
+    for kr in &k {
+        let q = kr["queued_ns"].as_u64().unwrap();
+        assert!(
+            windows.iter().any(|(a, u)| *a <= q && q <= u + slack),
+            "kernel {kr} queued while the grant was closed"
+        );
+    }
+}
+
+/// The C library as this test build made it (`cargo test` refreshes `deps/`, while only
+/// `cargo build` copies it up to `target/release/`).
+fn cdylib() -> PathBuf {
+    let name = "libfreeride_sidetask.so";
+    let fresh = release_dir().join("deps").join(name);
+    let p = if fresh.exists() {
+        fresh
+    } else {
+        release_dir().join(name)
+    };
+    assert!(p.exists(), "{} missing", p.display());
+    p
+}
+
+#[test]
+fn c_program_against_the_header() {
+    let Some(bed) = Bed::new("cabi") else {
+        return;
+    };
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib = cdylib();
+    let exe = bed.root.join("smoke");
+    let cc = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(manifest.join("include"))
+        .arg(manifest.join("tests/c/smoke.c"))
+        .arg(&lib)
+        .arg("-o")
+        .arg(&exe)
+        .output();
+    let cc = match cc {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("SKIPPED: no C compiler ({e})");
+            return;
+        }
+    };
+    assert!(
+        cc.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let mut ld = bed.lib.clone().into_os_string();
+    ld.push(":");
+    ld.push(lib.parent().unwrap());
+    let child = bed
+        .command(&exe)
+        .env("LD_LIBRARY_PATH", ld)
+        .arg(&bed.session)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("C-ABI OK"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(count(&bed.kernels(pid), "c_kernel"), 5);
+}
+
+#[test]
+fn python_torch_style_example() {
+    let Some(bed) = Bed::new("py") else {
+        return;
+    };
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: python3 not found");
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/examples/torch_style_task.py");
+    let child = bed
+        .command("python3")
+        .arg(&script)
+        .args(["--standalone", "--steps", "20", "--session-dir"])
+        .arg(&bed.session)
+        .env("FREERIDE_SIDETASK_LIB", cdylib())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let s = summary(&out);
+    assert_eq!(s["state"], "finished");
+    assert_eq!(s["steps"], 20);
+    assert!(
+        s["final_loss"].as_f64().unwrap() < s["first_loss"].as_f64().unwrap(),
+        "{s}"
+    );
+    let k = bed.kernels(pid);
+    if s["torch"] == false {
+        assert_eq!(count(&k, "linear_fwd"), 20);
+        assert_eq!(count(&k, "sgd_update"), 20);
+    }
+}
