@@ -2,6 +2,7 @@
 //! GPU's bubbles online, publishes its state (`agent-status.json`) and Prometheus metrics.
 use clap::Args;
 use freeride_abi::{now_ns, session};
+use freeride_agent::grants::GrantPolicy;
 use freeride_agent::node::Node;
 use freeride_agent::status;
 use std::io::{Read, Write};
@@ -109,7 +110,7 @@ pub fn main(a: AgentArgs) -> i32 {
         std::process::id()
     );
     let deadline = a.duration.map(|s| now_ns() + (s.max(0.0) * 1e9) as u64);
-    let mut node = Node::new(&dir);
+    let mut node = Node::with_grants(&dir, GrantPolicy::default());
     let mut last_publish = 0u64;
     let mut bubbles = 0u64;
     while !STOP.load(Ordering::Acquire) && deadline.is_none_or(|d| now_ns() < d) {

@@ -1,5 +1,6 @@
 //! The freeride agent's library: bubble inference and the pieces the `freeride` binary is built from.
 pub mod collect;
+pub mod grants;
 pub mod inference;
 pub mod node;
 pub mod sim;

@@ -1,6 +1,7 @@
 //! The agent of one node: reads the rings, keeps one bubble detector per trainer, and knows each
 //! GPU's state now.
 use crate::collect::{Collector, ProcessView, TrainerObs};
+use crate::grants::{GrantPolicy, Grants};
 use crate::inference::detector::OpenBubble;
 use crate::inference::{Bubble, Detector, Ns};
 use std::collections::BTreeMap;
@@ -43,6 +44,8 @@ pub struct Node {
     /// Closed bubbles since the last [`Node::take_closed`].
     closed: Vec<BubbleRecord>,
     totals: BTreeMap<i32, (u64, u64)>,
+    /// The side tasks' grants, when this node schedules them.
+    grants: Option<Grants>,
 }
 
 impl Node {
@@ -53,7 +56,18 @@ impl Node {
             obs: Vec::new(),
             closed: Vec::new(),
             totals: BTreeMap::new(),
+            grants: None,
         }
+    }
+
+    /// A node that also grants its GPUs' bubbles to side tasks (grant blocks in `dir`).
+    pub fn with_grants(dir: &Path, policy: GrantPolicy) -> Node {
+        Node { grants: Some(Grants::new(dir, policy)), ..Node::new(dir) }
+    }
+
+    /// Grants opened so far, per GPU.
+    pub fn grants_opened(&self) -> BTreeMap<i32, u64> {
+        self.grants.as_ref().map(|g| g.opened.clone()).unwrap_or_default()
     }
 
     /// Reads what is new in the rings at time `now` and updates every GPU's state. Returns the
@@ -84,6 +98,11 @@ impl Node {
         }
         let live: Vec<u32> = self.collector.processes().iter().map(|p| p.pid).collect();
         self.trainers.retain(|pid, _| live.contains(pid));
+        if let Some(grants) = &mut self.grants {
+            for t in self.trainers.values() {
+                grants.update(now, t.device, t.detector.open_now());
+            }
+        }
         self.obs.len()
     }
 
@@ -92,9 +111,13 @@ impl Node {
         std::mem::take(&mut self.closed)
     }
 
-    /// Warnings about unreadable rings since the last call.
+    /// Warnings about unreadable rings and grant files since the last call.
     pub fn take_warnings(&mut self) -> Vec<String> {
-        std::mem::take(&mut self.collector.warnings)
+        let mut w = std::mem::take(&mut self.collector.warnings);
+        if let Some(g) = &mut self.grants {
+            w.append(&mut g.warnings);
+        }
+        w
     }
 
     pub fn processes(&self) -> Vec<ProcessView> {

@@ -15,6 +15,7 @@
 //!   every true idle interval of at least [`MIN_SCORED_IDLE_NS`] that a bubble overlaps.
 use crate::inference::score::{clip, merge, Tally};
 use crate::inference::Ns;
+use crate::grants::GrantPolicy;
 use crate::node::{BubbleRecord, Node};
 use freeride_abi::{env, now_ns, session};
 use pipesim::cli::JobArgs;
@@ -149,7 +150,7 @@ impl Drop for ScratchDir {
 pub fn agent_loop(dir: &Path, stop: &AtomicBool) -> (Vec<BubbleRecord>, u64, u64, Vec<String>) {
     // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack (wake on time to poll).
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
-    let mut node = Node::new(dir);
+    let mut node = Node::with_grants(dir, GrantPolicy::default());
     let mut bubbles = vec![];
     let mut warnings = vec![];
     let (mut events, mut dropped) = (0u64, 0u64);

@@ -13,6 +13,7 @@
 //! so a hostile or corrupt writer can make a reader see garbage values but never crash it.
 pub mod event;
 pub mod grant;
+pub mod grant_shm;
 pub mod json;
 pub mod reader;
 pub mod ring;

@@ -1,0 +1,131 @@
+//! The scheduler's grants: when a GPU's trainer is in a bubble whose end the agent can predict, side
+//! tasks on that GPU get a grant that closes a guard interval before the predicted end; the grant
+//! closes at once when the bubble closes (its communication ended, or the trainer queued compute).
+use crate::inference::detector::OpenBubble;
+use crate::inference::Ns;
+use freeride_abi::grant_shm::{GrantFields, GrantWriter};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// How grants are sized.
+#[derive(Clone, Copy, Debug)]
+pub struct GrantPolicy {
+    /// The grant closes at least this long before the predicted end of the bubble...
+    pub guard_min_ns: Ns,
+    /// ...or this share of the bubble's predicted length, if larger.
+    pub guard_share: f64,
+    /// No grant shorter than this.
+    pub min_grant_ns: Ns,
+    /// No grant for a prediction less confident than this (0..=1).
+    pub min_confidence: f64,
+}
+
+impl Default for GrantPolicy {
+    fn default() -> Self {
+        GrantPolicy { guard_min_ns: 300_000, guard_share: 0.05, min_grant_ns: 300_000, min_confidence: 0.5 }
+    }
+}
+
+impl GrantPolicy {
+    /// The grant for a GPU at `now`: `Some(until_ns)` to open it until then, `None` for closed.
+    pub fn decide(&self, now: Ns, open: Option<OpenBubble>) -> Option<Ns> {
+        let b = open?;
+        let end = b.predicted_end?;
+        if b.confidence < self.min_confidence || end <= b.start {
+            return None;
+        }
+        let guard = ((end - b.start) as f64 * self.guard_share) as Ns;
+        let until = end.saturating_sub(guard.max(self.guard_min_ns));
+        (until >= now + self.min_grant_ns).then_some(until)
+    }
+}
+
+/// One grant block per GPU with a trainer, in the session directory.
+pub struct Grants {
+    dir: PathBuf,
+    policy: GrantPolicy,
+    writers: BTreeMap<i32, (GrantWriter, Option<Ns>)>,
+    /// Grants opened so far, per GPU.
+    pub opened: BTreeMap<i32, u64>,
+    pub warnings: Vec<String>,
+}
+
+impl Grants {
+    pub fn new(dir: &Path, policy: GrantPolicy) -> Grants {
+        Grants { dir: dir.to_path_buf(), policy, writers: BTreeMap::new(), opened: BTreeMap::new(), warnings: vec![] }
+    }
+
+    /// Publishes GPU `device`'s grant for its bubble state now.
+    pub fn update(&mut self, now: Ns, device: i32, open: Option<OpenBubble>) {
+        if device < 0 {
+            return;
+        }
+        if !self.writers.contains_key(&device) {
+            match GrantWriter::create(&self.dir, device as u32) {
+                Ok(w) => {
+                    self.writers.insert(device, (w, None));
+                }
+                Err(e) => {
+                    self.warnings.push(format!("cannot create the grant of GPU {device}: {e}"));
+                    return;
+                }
+            }
+        }
+        let (w, current) = self.writers.get_mut(&device).expect("inserted above");
+        let want = self.policy.decide(now, open);
+        if want == *current {
+            w.heartbeat();
+            return;
+        }
+        match want {
+            Some(until) => {
+                *self.opened.entry(device).or_default() += 1;
+                w.publish(GrantFields { open: true, open_until_ns: until, budget_ns: until - now, mem_budget_bytes: 0 })
+            }
+            None => w.publish(GrantFields::default()),
+        }
+        *current = want;
+    }
+
+    /// Closes every grant (the agent is stopping).
+    pub fn close_all(&mut self) {
+        for (w, current) in self.writers.values_mut() {
+            w.publish(GrantFields::default());
+            *current = None;
+        }
+    }
+}
+
+impl Drop for Grants {
+    fn drop(&mut self) {
+        self.close_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bubble(start: Ns, end: Option<Ns>, confidence: f64) -> Option<OpenBubble> {
+        Some(OpenBubble { start, opened_seen: start + 50_000, predicted_end: end, confidence })
+    }
+
+    #[test]
+    fn grants_close_a_guard_before_the_predicted_end() {
+        let p = GrantPolicy::default();
+        // 20 ms bubble: guard = max(300 µs, 1 ms) = 1 ms.
+        assert_eq!(p.decide(100_000, bubble(0, Some(20_000_000), 1.0)), Some(19_000_000));
+        // 2 ms bubble: guard = 300 µs.
+        assert_eq!(p.decide(100_000, bubble(0, Some(2_000_000), 1.0)), Some(1_700_000));
+    }
+
+    #[test]
+    fn no_grant_without_a_confident_prediction_or_room() {
+        let p = GrantPolicy::default();
+        assert_eq!(p.decide(0, None), None);
+        assert_eq!(p.decide(0, bubble(0, None, 1.0)), None);
+        assert_eq!(p.decide(0, bubble(0, Some(20_000_000), 0.2)), None);
+        // Too late in the bubble: less than the minimum grant left before the guard.
+        assert_eq!(p.decide(1_500_000, bubble(0, Some(2_000_000), 1.0)), None);
+    }
+}
