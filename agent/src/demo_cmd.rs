@@ -45,7 +45,7 @@ pub fn main(a: DemoArgs) -> i32 {
         "freeride demo: a 4-stage 1F1B pipeline (8 micro-batches, F = B = W = 10 ms) on simulated GPUs, \
          under libfreeride.so, with the agent finding its bubbles online"
     );
-    let res = match sim::run(&job, &[], true) {
+    let res = match sim::run(&job, None, true) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("freeride demo: {e}");

@@ -22,7 +22,12 @@ pub struct GrantPolicy {
 
 impl Default for GrantPolicy {
     fn default() -> Self {
-        GrantPolicy { guard_min_ns: 300_000, guard_share: 0.05, min_grant_ns: 300_000, min_confidence: 0.5 }
+        GrantPolicy {
+            guard_min_ns: 300_000,
+            guard_share: 0.05,
+            min_grant_ns: 300_000,
+            min_confidence: 0.5,
+        }
     }
 }
 
@@ -52,7 +57,13 @@ pub struct Grants {
 
 impl Grants {
     pub fn new(dir: &Path, policy: GrantPolicy) -> Grants {
-        Grants { dir: dir.to_path_buf(), policy, writers: BTreeMap::new(), opened: BTreeMap::new(), warnings: vec![] }
+        Grants {
+            dir: dir.to_path_buf(),
+            policy,
+            writers: BTreeMap::new(),
+            opened: BTreeMap::new(),
+            warnings: vec![],
+        }
     }
 
     /// Publishes GPU `device`'s grant for its bubble state now.
@@ -66,7 +77,8 @@ impl Grants {
                     self.writers.insert(device, (w, None));
                 }
                 Err(e) => {
-                    self.warnings.push(format!("cannot create the grant of GPU {device}: {e}"));
+                    self.warnings
+                        .push(format!("cannot create the grant of GPU {device}: {e}"));
                     return;
                 }
             }
@@ -80,7 +92,12 @@ impl Grants {
         match want {
             Some(until) => {
                 *self.opened.entry(device).or_default() += 1;
-                w.publish(GrantFields { open: true, open_until_ns: until, budget_ns: until - now, mem_budget_bytes: 0 })
+                w.publish(GrantFields {
+                    open: true,
+                    open_until_ns: until,
+                    budget_ns: until - now,
+                    mem_budget_bytes: 0,
+                })
             }
             None => w.publish(GrantFields::default()),
         }
@@ -107,16 +124,27 @@ mod tests {
     use super::*;
 
     fn bubble(start: Ns, end: Option<Ns>, confidence: f64) -> Option<OpenBubble> {
-        Some(OpenBubble { start, opened_seen: start + 50_000, predicted_end: end, confidence })
+        Some(OpenBubble {
+            start,
+            opened_seen: start + 50_000,
+            predicted_end: end,
+            confidence,
+        })
     }
 
     #[test]
     fn grants_close_a_guard_before_the_predicted_end() {
         let p = GrantPolicy::default();
         // 20 ms bubble: guard = max(300 µs, 1 ms) = 1 ms.
-        assert_eq!(p.decide(100_000, bubble(0, Some(20_000_000), 1.0)), Some(19_000_000));
+        assert_eq!(
+            p.decide(100_000, bubble(0, Some(20_000_000), 1.0)),
+            Some(19_000_000)
+        );
         // 2 ms bubble: guard = 300 µs.
-        assert_eq!(p.decide(100_000, bubble(0, Some(2_000_000), 1.0)), Some(1_700_000));
+        assert_eq!(
+            p.decide(100_000, bubble(0, Some(2_000_000), 1.0)),
+            Some(1_700_000)
+        );
     }
 
     #[test]

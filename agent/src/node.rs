@@ -62,12 +62,18 @@ impl Node {
 
     /// A node that also grants its GPUs' bubbles to side tasks (grant blocks in `dir`).
     pub fn with_grants(dir: &Path, policy: GrantPolicy) -> Node {
-        Node { grants: Some(Grants::new(dir, policy)), ..Node::new(dir) }
+        Node {
+            grants: Some(Grants::new(dir, policy)),
+            ..Node::new(dir)
+        }
     }
 
     /// Grants opened so far, per GPU.
     pub fn grants_opened(&self) -> BTreeMap<i32, u64> {
-        self.grants.as_ref().map(|g| g.opened.clone()).unwrap_or_default()
+        self.grants
+            .as_ref()
+            .map(|g| g.opened.clone())
+            .unwrap_or_default()
     }
 
     /// Reads what is new in the rings at time `now` and updates every GPU's state. Returns the

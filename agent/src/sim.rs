@@ -13,9 +13,9 @@
 //!   `predicted_recall`), and the error of each predicted end;
 //! * detection latency = when the agent saw a bubble open minus when the GPU truly went idle, for
 //!   every true idle interval of at least [`MIN_SCORED_IDLE_NS`] that a bubble overlaps.
+use crate::grants::GrantPolicy;
 use crate::inference::score::{clip, merge, Tally};
 use crate::inference::Ns;
-use crate::grants::GrantPolicy;
 use crate::node::{BubbleRecord, Node};
 use freeride_abi::{env, now_ns, session};
 use pipesim::cli::JobArgs;
@@ -44,6 +44,77 @@ pub struct SimResult {
     pub events: u64,
     pub dropped: u64,
     pub warnings: Vec<String>,
+    /// Side-task processes that ran beside the job.
+    pub sidetask_pids: Vec<u32>,
+}
+
+/// Side tasks to run beside the job: `per_gpu` processes of the SDK example `kind` on every GPU.
+#[derive(Clone, Debug)]
+pub struct SideTasks {
+    pub per_gpu: u32,
+    pub kind: String,
+}
+
+/// Starts the side tasks; they run until stopped (SIGTERM), pacing themselves by the grants.
+fn start_sidetasks(
+    spec: &SideTasks,
+    gpus: u32,
+    session: &Path,
+    sim_dir: &Path,
+    truth: &Path,
+) -> Result<Vec<std::process::Child>, String> {
+    let exe = sibling(&format!("examples/{}", spec.kind))?;
+    let libs = pipesim::standins::ensure_dir().map_err(|e| format!("stand-in folder: {e}"))?;
+    let mut ld = libs.into_os_string();
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+        ld.push(":");
+        ld.push(old);
+    }
+    let mut children = vec![];
+    for d in 0..gpus {
+        for k in 0..spec.per_gpu {
+            let child = Command::new(&exe)
+                .args([
+                    "--device",
+                    &d.to_string(),
+                    "--steps",
+                    "1000000000",
+                    "--name",
+                ])
+                .arg(format!("{}-gpu{d}-{k}", spec.kind))
+                .env(env::DIR, session)
+                .env("FREERIDE_SIM_DIR", sim_dir)
+                .env("FREERIDE_SIM_TRACE", truth)
+                .env("LD_LIBRARY_PATH", &ld)
+                .env_remove("LD_PRELOAD")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+            children.push(child);
+        }
+    }
+    Ok(children)
+}
+
+/// Stops the side tasks (SIGTERM, then SIGKILL after a second).
+fn stop_sidetasks(children: &mut [std::process::Child]) {
+    for c in children.iter() {
+        // SAFETY: kill(2) of our own child.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    for c in children.iter_mut() {
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = c.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+    }
 }
 
 /// Scores of the agent's bubbles against the truth.
@@ -174,7 +245,7 @@ pub fn agent_loop(dir: &Path, stop: &AtomicBool) -> (Vec<BubbleRecord>, u64, u64
 /// `progress`: pipesim's progress lines go to our stderr.
 pub fn run(
     job: &JobArgs,
-    extra_env: &[(String, String)],
+    sidetasks: Option<&SideTasks>,
     progress: bool,
 ) -> Result<SimResult, String> {
     job.to_config()?;
@@ -191,6 +262,20 @@ pub fn run(
             .spawn(move || agent_loop(&dir, &stop))
             .map_err(|e| format!("cannot start the agent thread: {e}"))?
     };
+    let mut side = match sidetasks {
+        Some(spec) => {
+            match start_sidetasks(spec, job.stages, &session.0, &sim_dir.0, &truth_path) {
+                Ok(c) => c,
+                Err(e) => {
+                    stop.store(true, Ordering::Release);
+                    let _ = agent.join();
+                    return Err(e);
+                }
+            }
+        }
+        None => vec![],
+    };
+    let sidetask_pids: Vec<u32> = side.iter().map(|c| c.id()).collect();
     let mut cmd = Command::new(&pipesim);
     cmd.args(job.to_argv())
         .arg("--truth")
@@ -206,12 +291,10 @@ pub fn run(
         } else {
             Stdio::piped()
         });
-    for (k, v) in extra_env {
-        cmd.env(k, v);
-    }
     let out = cmd
         .output()
         .map_err(|e| format!("cannot start {}: {e}", pipesim.display()));
+    stop_sidetasks(&mut side);
     stop.store(true, Ordering::Release);
     let (bubbles, events, dropped, warnings) =
         agent.join().map_err(|_| "the agent thread panicked")?;
@@ -229,6 +312,7 @@ pub fn run(
     Ok(SimResult {
         truth,
         kernels: records,
+        sidetask_pids,
         bubbles,
         events,
         dropped,
@@ -342,4 +426,52 @@ pub fn score(r: &SimResult, change_at: Option<u32>) -> Scores {
         scores.after_change = curve;
     }
     scores
+}
+
+/// What the side tasks harvested, from the ground truth.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Harvest {
+    /// Side-task GPU time inside the trainers' true idle time / that idle time.
+    pub bubble_busy_ratio: f64,
+    /// Side-task GPU time in the scored iterations, summed over GPUs.
+    pub sidetask_busy_ms: f64,
+    /// Of which outside the trainers' idle time (where it can slow the trainer).
+    pub outside_bubbles_ms: f64,
+}
+
+/// Scores the side tasks' kernels against the trainers' idle time (same iterations as [`score`]).
+pub fn harvest(r: &SimResult) -> Harvest {
+    let its = &r.truth.iterations;
+    let skip = if its.len() > WARMUP_ITERATIONS {
+        WARMUP_ITERATIONS
+    } else {
+        its.len().saturating_sub(1)
+    };
+    let (mut inside, mut idle, mut busy) = (0u64, 0u64, 0u64);
+    for (rank, _) in r.truth.pids.iter().enumerate() {
+        let side = merge(
+            r.kernels
+                .iter()
+                .filter(|k| k.device as usize == rank && r.sidetask_pids.contains(&k.pid))
+                .map(|k| (k.start_ns, k.end_ns))
+                .collect(),
+        );
+        for it in &its[skip..] {
+            let truth_iv = merge(it.ranks[rank].idle_intervals.clone());
+            let s = clip(&side, it.start_ns, it.end_ns);
+            let t = Tally::of(&s, &truth_iv);
+            inside += t.overlap_ns;
+            idle += t.truth_ns;
+            busy += t.predicted_ns;
+        }
+    }
+    Harvest {
+        bubble_busy_ratio: if idle == 0 {
+            0.0
+        } else {
+            inside as f64 / idle as f64
+        },
+        sidetask_busy_ms: busy as f64 / 1e6,
+        outside_bubbles_ms: (busy - inside) as f64 / 1e6,
+    }
 }

@@ -11,6 +11,13 @@ pub struct SimArgs {
     /// Print one JSON report on stdout (otherwise a short summary).
     #[arg(long)]
     json: bool,
+    /// Side-task processes per GPU (0: none). With side tasks the job also runs once alone first,
+    /// in the same invocation, for the baseline iteration time.
+    #[arg(long, default_value_t = 0)]
+    sidetasks: u32,
+    /// Which SDK example runs as the side task.
+    #[arg(long, default_value = "train_loop", value_parser = ["train_loop", "pagerank", "image_batch"])]
+    sidetask_kind: String,
 }
 
 /// Rounds to `d` decimals for the report.
@@ -24,16 +31,28 @@ fn r(v: f64, d: i32) -> serde_json::Value {
 }
 
 pub fn main(a: SimArgs) -> i32 {
-    let res = match sim::run(&a.job, &[], !a.json) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("freeride sim: {e}");
-            return if e.contains("must") || e.contains("needs") {
-                2
-            } else {
-                1
-            };
+    let fail = |e: String| {
+        eprintln!("freeride sim: {e}");
+        if e.contains("must") || e.contains("needs") {
+            2
+        } else {
+            1
         }
+    };
+    let side = (a.sidetasks > 0).then(|| sim::SideTasks {
+        per_gpu: a.sidetasks,
+        kind: a.sidetask_kind.clone(),
+    });
+    let baseline = match &side {
+        Some(_) => match sim::run(&a.job, None, !a.json) {
+            Ok(r) => Some(sim::score(&r, a.job.change_at).iteration_ms),
+            Err(e) => return fail(e),
+        },
+        None => None,
+    };
+    let res = match sim::run(&a.job, side.as_ref(), !a.json) {
+        Ok(r) => r,
+        Err(e) => return fail(e),
     };
     for w in &res.warnings {
         eprintln!("freeride sim: warning: {w}");
@@ -79,6 +98,21 @@ pub fn main(a: SimArgs) -> i32 {
         "agent": { "events": res.events, "dropped": res.dropped },
     });
     let mut report = report;
+    if let (Some(spec), Some(base)) = (&side, baseline) {
+        let h = sim::harvest(&res);
+        report["harvest"] = json!({
+            "bubble_busy_ratio": r(h.bubble_busy_ratio, 4),
+            "sidetask_busy_ms": r(h.sidetask_busy_ms, 3),
+            "sidetask_outside_bubbles_ms": r(h.outside_bubbles_ms, 3),
+            "sidetasks_per_gpu": spec.per_gpu,
+            "kind": spec.kind,
+        });
+        report["trainer"] = json!({
+            "baseline_iteration_ms": r(base, 3),
+            "iteration_ms": r(s.iteration_ms, 3),
+            "slowdown": r(s.iteration_ms / base - 1.0, 4),
+        });
+    }
     if let Some(at) = a.job.change_at {
         report["change"] = json!({
             "at_iteration": at,
