@@ -138,7 +138,7 @@ mod tests {
         write_line(&mut s, 11, &r);
         assert_eq!(
             s,
-            "{\"t_ns\":5,\"pid\":11,\"tid\":3,\"kind\":\"launch\",\"api\":\"__cudaLaunchKernel\",\"device\":0,\"stream\":77,\"func\":0,\"grid\":[1,2,3],\"block\":[32,1,1],\"shmem\":0}\n"
+            "{\"t_ns\":5,\"pid\":11,\"tid\":3,\"kind\":\"launch\",\"api\":\"__cudaLaunchKernel\",\"device\":0,\"stream\":77,\"func\":0,\"grid\":[1,2,3],\"block\":[32,1,1],\"shmem\":0,\"in_comm\":false}\n"
         );
     }
 }
