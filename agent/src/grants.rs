@@ -12,8 +12,10 @@ use std::path::{Path, PathBuf};
 pub struct GrantPolicy {
     /// The grant closes at least this long before the predicted end of the bubble...
     pub guard_min_ns: Ns,
-    /// ...or this share of the bubble's predicted length, if larger.
+    /// ...or this share of the bubble's predicted length plus this many times the spread of its
+    /// length, if larger.
     pub guard_share: f64,
+    pub guard_spreads: f64,
     /// No grant shorter than this.
     pub min_grant_ns: Ns,
     /// No grant for a prediction less confident than this (0..=1).
@@ -24,7 +26,8 @@ impl Default for GrantPolicy {
     fn default() -> Self {
         GrantPolicy {
             guard_min_ns: 300_000,
-            guard_share: 0.05,
+            guard_share: 0.01,
+            guard_spreads: 2.0,
             min_grant_ns: 300_000,
             min_confidence: 0.5,
         }
@@ -39,7 +42,7 @@ impl GrantPolicy {
         if b.confidence < self.min_confidence || end <= b.start {
             return None;
         }
-        let guard = ((end - b.start) as f64 * self.guard_share) as Ns;
+        let guard = ((end - b.start) as f64 * self.guard_share + b.spread_ns as f64 * self.guard_spreads) as Ns;
         let until = end.saturating_sub(guard.max(self.guard_min_ns));
         (until >= now + self.min_grant_ns).then_some(until)
     }
@@ -128,6 +131,7 @@ mod tests {
             start,
             opened_seen: start + 50_000,
             predicted_end: end,
+            spread_ns: 100_000,
             confidence,
         })
     }
@@ -135,10 +139,10 @@ mod tests {
     #[test]
     fn grants_close_a_guard_before_the_predicted_end() {
         let p = GrantPolicy::default();
-        // 20 ms bubble: guard = max(300 µs, 1 ms) = 1 ms.
+        // 20 ms bubble, spread 100 µs: guard = max(300 µs, 1% = 200 µs + 2 x 100 µs) = 400 µs.
         assert_eq!(
             p.decide(100_000, bubble(0, Some(20_000_000), 1.0)),
-            Some(19_000_000)
+            Some(19_600_000)
         );
         // 2 ms bubble: guard = 300 µs.
         assert_eq!(

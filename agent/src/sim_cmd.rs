@@ -64,6 +64,7 @@ pub fn main(a: SimArgs) -> i32 {
                 "start": it.start_ns, "end": it.end_ns,
                 "idle": it.ranks.iter().map(|r| r.idle_intervals.clone()).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
+            "side": res.kernels.iter().filter(|k| res.sidetask_pids.contains(&k.pid)).map(|k| json!([k.device, k.start_ns, k.end_ns])).collect::<Vec<_>>(),
             "bubbles": res.bubbles.iter().map(|b| json!([b.pid, b.bubble.start, b.bubble.end, b.bubble.opened_seen, b.bubble.closed_seen, b.bubble.predicted_end])).collect::<Vec<_>>(),
         });
         if let Err(e) = std::fs::write(&path, dump.to_string()) {

@@ -61,6 +61,18 @@ impl GrantWatch {
         };
     }
 
+    /// Sleeps until the agent publishes the grant again or `timeout_ns` passes (a futex on the
+    /// block: a grant that opens wakes the task at once); plain sleep when there is no block.
+    pub fn wait_for_change(&self, timeout_ns: u64) {
+        match &self.map {
+            Some(m) => {
+                let b = m.block();
+                b.wait_for_change(b.epoch_now(), timeout_ns);
+            }
+            None => std::thread::sleep(std::time::Duration::from_nanos(timeout_ns)),
+        }
+    }
+
     pub fn read(&mut self) -> GrantRead {
         let now = now_ns();
         if self.map.is_none() || now >= self.next_check_ns {

@@ -284,7 +284,8 @@ impl Pacer {
                 return WaitOutcome::TimedOut;
             }
             self.write_status(false);
-            let pause = if self.availability() == Availability::NoAgent {
+            let no_agent = self.availability() == Availability::NoAgent;
+            let pause = if no_agent {
                 if !self.no_agent_noted {
                     self.no_agent_noted = true;
                     eprintln!(
@@ -304,7 +305,12 @@ impl Pacer {
                 Some(d) => pause.min(Duration::from_nanos(d.saturating_sub(now))),
                 None => pause,
             };
-            std::thread::sleep(pause);
+            if no_agent {
+                std::thread::sleep(pause);
+            } else {
+                // Woken at once when the agent publishes (a grant opening).
+                self.grant.wait_for_change(pause.as_nanos() as u64);
+            }
         }
     }
 

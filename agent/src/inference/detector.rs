@@ -30,6 +30,8 @@ pub struct OpenBubble {
     pub start: Ns,
     pub opened_seen: Ns,
     pub predicted_end: Option<Ns>,
+    /// Typical deviation of the bubble's length at this position (0 when not predicted).
+    pub spread_ns: Ns,
     pub confidence: f64,
 }
 
@@ -132,6 +134,7 @@ impl Detector {
                 o.ends_on_launch &= !blocks;
                 if let Some(p) = prediction {
                     o.bubble.predicted_end = Some(t + p.expected_ns);
+                    o.bubble.spread_ns = p.spread_ns;
                     o.bubble.confidence = p.confidence;
                 }
             }
@@ -139,7 +142,7 @@ impl Detector {
                 let Prediction {
                     expected_ns,
                     confidence,
-                    ..
+                    spread_ns,
                 } = prediction.unwrap_or(Prediction {
                     expected_ns: 0,
                     spread_ns: 0,
@@ -150,6 +153,7 @@ impl Detector {
                         start: t,
                         opened_seen: seen,
                         predicted_end: prediction.map(|_| t + expected_ns),
+                        spread_ns,
                         confidence,
                     },
                     ops: vec![id],

@@ -79,3 +79,50 @@ impl GrantBlock {
         (self.epoch.load(Ordering::Relaxed) == e1).then_some(g)
     }
 }
+
+impl GrantBlock {
+    /// The futex word: the low half of `epoch` (little-endian), which changes with every publish.
+    fn futex_word(&self) -> *const u32 {
+        &self.epoch as *const AtomicU64 as *const u32
+    }
+
+    /// Wakes every process waiting in [`GrantBlock::wait_for_change`] (the writer calls it after a
+    /// publish). A system call: the agent's side, never a trainer's hook path.
+    pub fn wake_all(&self) {
+        // SAFETY: FUTEX_WAKE on an aligned 32-bit word of a live shared mapping; it only wakes
+        // waiters (non-private: waiters are other processes mapping the same file).
+        unsafe {
+            libc::syscall(libc::SYS_futex, self.futex_word(), libc::FUTEX_WAKE, i32::MAX, 0usize, 0usize, 0u32)
+        };
+    }
+
+    /// Sleeps until the block is published again (its epoch differs from `seen_epoch`) or
+    /// `timeout_ns` passes, whichever is first. Spurious wake-ups are possible: re-read after.
+    pub fn wait_for_change(&self, seen_epoch: u64, timeout_ns: u64) {
+        if self.epoch.load(Ordering::Acquire) != seen_epoch {
+            return;
+        }
+        let ts = libc::timespec {
+            tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+        };
+        // SAFETY: FUTEX_WAIT on an aligned 32-bit word of a live shared mapping with a relative
+        // timeout we own; it returns at once if the word no longer holds `seen_epoch`'s low half.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.futex_word(),
+                libc::FUTEX_WAIT,
+                seen_epoch as u32,
+                &ts as *const libc::timespec,
+                0usize,
+                0u32,
+            )
+        };
+    }
+
+    /// The current epoch (pass it to [`GrantBlock::wait_for_change`]).
+    pub fn epoch_now(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+}

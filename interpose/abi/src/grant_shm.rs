@@ -133,6 +133,7 @@ impl GrantWriter {
             .store(f.mem_budget_bytes, Ordering::Relaxed);
         b.heartbeat_ns.store(now_ns(), Ordering::Relaxed);
         b.epoch.store((e | 1) + 1, Ordering::Release);
+        b.wake_all();
     }
 
     /// Opens a grant of `dur_ns` from now with `budget_ns` of GPU time.
