@@ -42,7 +42,8 @@ impl GrantPolicy {
         if b.confidence < self.min_confidence || end <= b.start {
             return None;
         }
-        let guard = ((end - b.start) as f64 * self.guard_share + b.spread_ns as f64 * self.guard_spreads) as Ns;
+        let guard = ((end - b.start) as f64 * self.guard_share
+            + b.spread_ns as f64 * self.guard_spreads) as Ns;
         let until = end.saturating_sub(guard.max(self.guard_min_ns));
         (until >= now + self.min_grant_ns).then_some(until)
     }

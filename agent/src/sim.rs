@@ -53,6 +53,8 @@ pub struct SimResult {
 pub struct SideTasks {
     pub per_gpu: u32,
     pub kind: String,
+    /// Extra arguments for every side-task process.
+    pub args: Vec<String>,
 }
 
 /// Starts the side tasks; they run until stopped (SIGTERM), pacing themselves by the grants.
@@ -82,6 +84,7 @@ fn start_sidetasks(
                     "--name",
                 ])
                 .arg(format!("{}-gpu{d}-{k}", spec.kind))
+                .args(&spec.args)
                 .env(env::DIR, session)
                 .env("FREERIDE_SIM_DIR", sim_dir)
                 .env("FREERIDE_SIM_TRACE", truth)

@@ -18,6 +18,9 @@ pub struct SimArgs {
     /// Which SDK example runs as the side task.
     #[arg(long, default_value = "train_loop", value_parser = ["train_loop", "pagerank", "image_batch"])]
     sidetask_kind: String,
+    /// An extra argument for every side-task process (repeat it), e.g. --sidetask-arg=--batch=128.
+    #[arg(long = "sidetask-arg", allow_hyphen_values = true)]
+    sidetask_args: Vec<String>,
 }
 
 /// Rounds to `d` decimals for the report.
@@ -42,6 +45,11 @@ pub fn main(a: SimArgs) -> i32 {
     let side = (a.sidetasks > 0).then(|| sim::SideTasks {
         per_gpu: a.sidetasks,
         kind: a.sidetask_kind.clone(),
+        args: a
+            .sidetask_args
+            .iter()
+            .flat_map(|x| x.splitn(2, '=').map(str::to_string).collect::<Vec<_>>())
+            .collect(),
     });
     let baseline = match &side {
         Some(_) => match sim::run(&a.job, None, !a.json) {
