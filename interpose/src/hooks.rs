@@ -800,7 +800,7 @@ fn graph_event(api: Api, exec: P, stream: P) {
             [exec as u64, 0, 0],
         );
         if rt::is_sidetask() {
-            crate::gate::before_launch(api, stream as u64);
+            crate::gate::before_launch(api, stream as u64, exec as u64);
         }
     }
 }
@@ -1233,6 +1233,13 @@ fn mem_event(
     }
 }
 
+/// Whether this process is a side task (initializes the role on first use): the allocation
+/// hooks then enforce its memory budget. A trainer pays the existing role check only.
+#[inline(always)]
+fn side_task() -> bool {
+    rt::active() && rt::is_sidetask()
+}
+
 unsafe extern "C" fn w_cuMemAlloc_v2(dptr: *mut u64, bytes: usize) -> c_int {
     let api = Api::CuMemAllocV2;
     let Some(real) = real_fn::<DrvAlloc>(api) else {
@@ -1240,6 +1247,13 @@ unsafe extern "C" fn w_cuMemAlloc_v2(dptr: *mut u64, bytes: usize) -> c_int {
     };
     let g = rt::enter();
     let t0 = now_ns();
+    // Side tasks: the memory budget (independent of the guard: cudaMalloc arrives here too).
+    let side = side_task();
+    if side && !crate::gate::mem_reserve(bytes) {
+        let r = crate::gate::membudget::CUDA_ERROR_OUT_OF_MEMORY;
+        mem_event(&g, Kind::MemAlloc, api, t0, std::ptr::null_mut(), bytes, 0, r);
+        return r;
+    }
     // SAFETY: pass-through.
     let r = unsafe { real(dptr, bytes) };
     // SAFETY: on success the driver wrote *dptr.
@@ -1248,6 +1262,9 @@ unsafe extern "C" fn w_cuMemAlloc_v2(dptr: *mut u64, bytes: usize) -> c_int {
     } else {
         0
     };
+    if side {
+        crate::gate::mem_done(bytes, r == 0, p);
+    }
     mem_event(
         &g,
         Kind::MemAlloc,
@@ -1268,6 +1285,12 @@ unsafe fn drv_alloc_async(api: Api, dptr: *mut u64, bytes: usize, s: P) -> c_int
     };
     let g = rt::enter();
     let t0 = now_ns();
+    let side = side_task();
+    if side && !crate::gate::mem_reserve(bytes) {
+        let r = crate::gate::membudget::CUDA_ERROR_OUT_OF_MEMORY;
+        mem_event(&g, Kind::MemAlloc, api, t0, s, bytes, 0, r);
+        return r;
+    }
     // SAFETY: pass-through.
     let r = unsafe { real(dptr, bytes, s) };
     // SAFETY: on success the driver wrote *dptr.
@@ -1276,6 +1299,9 @@ unsafe fn drv_alloc_async(api: Api, dptr: *mut u64, bytes: usize, s: P) -> c_int
     } else {
         0
     };
+    if side {
+        crate::gate::mem_done(bytes, r == 0, p);
+    }
     mem_event(&g, Kind::MemAlloc, api, t0, s, bytes, p, r);
     r
 }
@@ -1299,6 +1325,9 @@ unsafe extern "C" fn w_cuMemFree_v2(dptr: u64) -> c_int {
     let t0 = now_ns();
     // SAFETY: pass-through.
     let r = unsafe { real(dptr) };
+    if r == 0 && rt::is_sidetask() {
+        crate::gate::mem_freed(dptr);
+    }
     mem_event(&g, Kind::MemFree, api, t0, std::ptr::null_mut(), 0, dptr, r);
     r
 }

@@ -42,6 +42,9 @@ pub struct Thread {
     pub group_queued: Cell<u64>,
     /// Depth of hooked NCCL calls this thread is inside: launches queued there are NCCL's own.
     pub in_nccl: Cell<u32>,
+    /// Side tasks only: in-flight slot + 1 of the launch the gate just admitted (0 = none); its
+    /// completion event is recorded when the hook's guard is dropped, after the real launch.
+    pub gate_slot: Cell<u32>,
 }
 
 thread_local! {
@@ -57,6 +60,7 @@ thread_local! {
             group_nstreams: Cell::new(0),
             group_queued: Cell::new(0),
             in_nccl: Cell::new(0),
+            gate_slot: Cell::new(0),
         }
     };
 }
@@ -67,7 +71,14 @@ pub struct Entered(());
 impl Drop for Entered {
     #[inline(always)]
     fn drop(&mut self) {
-        let _ = THREAD.try_with(|t| t.busy.set(false));
+        let _ = THREAD.try_with(|t| {
+            let slot = t.gate_slot.get();
+            if slot != 0 {
+                t.gate_slot.set(0);
+                crate::gate::after_launch(slot - 1);
+            }
+            t.busy.set(false)
+        });
     }
 }
 
@@ -271,7 +282,7 @@ pub fn launch(api: Api, stream: u64, func: u64, grid: [u32; 3], block: [u32; 3],
         ],
     );
     if is_sidetask() {
-        crate::gate::before_launch(api, stream);
+        crate::gate::before_launch(api, stream, func);
     }
 }
 
@@ -437,6 +448,7 @@ extern "C" fn atfork_child() {
     PROC_DEVICE.store(-1, Ordering::Relaxed);
     trace::reset_after_fork();
     comm::reset_after_fork();
+    crate::gate::reset_after_fork();
     STATE.store(UNINIT, Ordering::Release);
 }
 
@@ -449,6 +461,13 @@ extern "C" fn at_exit() {
     let dropped = shm_view()
         .map(|v| v.header().dropped.load(Ordering::Relaxed))
         .unwrap_or(0);
+    // Side tasks: the gate's counters (launches held, wait ns, in-flight max); 0 for trainers.
+    let (held, wait_ns, inflight_max) = if s == SIDETASK {
+        crate::gate::report_at_exit();
+        crate::gate::stats()
+    } else {
+        (0, 0, 0)
+    };
     let _ = THREAD.try_with(|t| {
         push(&Record {
             t_ns: now_ns(),
@@ -456,7 +475,10 @@ extern "C" fn at_exit() {
             api: Api::None as u16,
             device: PROC_DEVICE.load(Ordering::Relaxed),
             tid: tid(t),
+            aux: inflight_max.min(u32::MAX as u64) as u32,
             p0: dropped,
+            p1: held,
+            p2: wait_ns,
             ..Default::default()
         })
     });

@@ -1,12 +1,361 @@
-//! Side-task gate: extension point for the later issue.
+//! The side-task gate (issue 5): holds a side task's launches outside its GPU's grant and keeps
+//! its queued GPU work within the predicted remainder of the bubble; enforces its device-memory
+//! budget.
 //!
-//! A process started with `FREERIDE_ROLE=sidetask` reaches [`before_launch`] on every launch it
-//! makes (after recording it). The gate will read the per-GPU grant block
-//! ([`freeride_abi::grant`]) and hold the launch until the agent opens a grant. Today it returns
-//! at once: side tasks are observed exactly like trainers.
-use freeride_abi::Api;
+//! Only processes whose role is `sidetask` get here ([`crate::rt::launch`] and the graph hook call
+//! [`before_launch`] after recording the launch, the allocation hooks call [`mem_reserve`] & co);
+//! a trainer's hook path is untouched apart from the role check that already existed, and one
+//! thread-local byte tested when a hook's guard is dropped ([`after_launch`]).
+//!
+//! # Admission
+//! On every launch (kernel, or a graph as one launch keyed by its exec handle) the gate, under a
+//! small spin lock shared by the side task's threads (never held while waiting):
+//! 1. retires completed launches from the in-flight table ([`inflight`]) and learns their GPU
+//!    durations ([`durations`]: `cuEventElapsedTime` between an event recorded just before the
+//!    launch and one recorded just after it, per function; never the kernel's arguments);
+//! 2. reads the grant ([`grant`]): open, heartbeat fresh (<= `FREERIDE_GATE_STALE_MS`, default
+//!    100 ms: the agent touches it every ~50 µs) and before its deadline. A missing file or a
+//!    stale heartbeat means CLOSED: a side task never runs ungoverned;
+//! 3. admits the launch iff, with `q` = the estimated GPU ns of its unfinished launches and
+//!    `e` = this launch's estimate (`FREERIDE_GATE_DEFAULT_US`, default 1000 µs, until the function
+//!    has completed once):
+//!    * `now + q + e <= open_until_ns` (its work drains before the predicted end of the bubble);
+//!    * `q + e <= FREERIDE_GATE_AHEAD_US` (default 2000 µs) unless nothing is in flight: the work
+//!      queued ahead stays bounded whatever the grant's length, so a grant closed EARLY (the
+//!      trainer came back sooner than predicted) drains within about that bound plus one
+//!      mis-estimated launch;
+//!    * the GPU ns admitted in this grant (told apart by `(open_until_ns, budget_ns)`, as the SDK
+//!      does) plus `e` stay within `budget_ns` when nonzero.
+//!
+//!    Otherwise it waits and checks again: spinning for ~20 µs, then sleeping 50 µs steps with
+//!    `clock_nanosleep` (timer slack 1 ns). The agent writes the block with plain atomics and never
+//!    `FUTEX_WAKE`s, so a futex on the epoch word would not be woken: a sleeping poll is used (its
+//!    latency, ~50-100 µs, is small against a bubble, and its cost is paid only by a waiting side
+//!    task).
+//! 4. Starvation: a launch that can never fit (its estimate exceeds every grant) is admitted after
+//!    it has waited `FREERIDE_GATE_STARVE_MS` (default 200 ms), at the start of a grant (within
+//!    1 ms of the gate first seeing it open) and only when nothing else is in flight. It may
+//!    overrun that grant: the price of never starving.
+//!
+//! A launch into a stream being captured into a graph is admitted untracked (it runs later, as a
+//! graph launch, which is gated). If the event pool cannot be made (no context yet: retried on
+//! later launches) or an event cannot be recorded (another context), the launch is tracked on the
+//! host instead: in flight until a modelled end (a serial queue of estimates).
+//!
+//! `FREERIDE_GATE=off` disables the launch gate (debugging only: the side task then runs
+//! ungoverned). The memory budget ([`membudget`]) is independent of it.
+//!
+//! # Counters
+//! Launches held (that had to wait at least once), total wait ns, the in-flight maximum, and
+//! starvation admissions: in the side task's process-exit record (`p1` = launches held, `p2` =
+//! wait ns, `aux` = in-flight max; the ring layout is unchanged) and, with
+//! `FREERIDE_GATE_VERBOSE=1`, one line on stderr at exit.
+pub mod drv;
+pub mod durations;
+pub mod grant;
+pub mod inflight;
+pub mod membudget;
 
-/// Called on the hook path of a side task before the real launch. Must follow the hook-path
-/// rules (no allocation, no lock; waiting is allowed here only for side tasks, never trainers).
-#[inline]
-pub fn before_launch(_api: Api, _stream: u64) {}
+use crate::rt;
+use freeride_abi::{now_ns, Api};
+use std::cell::{Cell, UnsafeCell};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+
+/// Configuration, read once (slow path).
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    pub default_ns: u64,
+    pub ahead_ns: u64,
+    pub stale_ns: u64,
+    pub starve_ns: u64,
+    pub verbose: bool,
+}
+
+const SPIN_NS: u64 = 20_000;
+const SLEEP_NS: u64 = 50_000;
+/// A starving launch goes only this soon after the gate first saw a grant open.
+const STARVE_GRANT_AGE_NS: u64 = 1_000_000;
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(default)
+}
+
+/// 0 unread, 1 on, 2 off.
+static ENABLED: AtomicU8 = AtomicU8::new(0);
+static CONFIG: std::sync::OnceLock<Config> = std::sync::OnceLock::new();
+
+fn config() -> Option<&'static Config> {
+    match ENABLED.load(Ordering::Relaxed) {
+        1 => CONFIG.get(),
+        2 => None,
+        _ => {
+            let off = std::env::var("FREERIDE_GATE")
+                .map(|v| matches!(v.trim(), "off" | "0" | "false"))
+                .unwrap_or(false);
+            let c = CONFIG.get_or_init(|| Config {
+                default_ns: env_u64("FREERIDE_GATE_DEFAULT_US", 1000).max(1) * 1000,
+                ahead_ns: env_u64("FREERIDE_GATE_AHEAD_US", 2000).max(1) * 1000,
+                stale_ns: env_u64("FREERIDE_GATE_STALE_MS", 100).max(1) * 1_000_000,
+                starve_ns: env_u64("FREERIDE_GATE_STARVE_MS", 200) * 1_000_000,
+                verbose: std::env::var("FREERIDE_GATE_VERBOSE").is_ok_and(|v| v == "1"),
+            });
+            ENABLED.store(if off { 2 } else { 1 }, Ordering::Relaxed);
+            (!off).then_some(c)
+        }
+    }
+}
+
+/// State under the gate lock.
+struct Inner {
+    grant: grant::GrantView,
+    dur: durations::Durations,
+    /// Host model of the queue (for launches tracked without events).
+    model_end_ns: u64,
+    /// The grant admitted into: (open_until_ns, budget_ns), when first seen, GPU ns admitted.
+    grant_id: (u64, u64),
+    grant_seen_ns: u64,
+    used_ns: u64,
+}
+
+/// A spin lock that a fork child can reset (a side task's threads only; never held while
+/// waiting for a grant or across a call that can block).
+struct Gate {
+    locked: AtomicBool,
+    inner: UnsafeCell<Inner>,
+}
+
+// SAFETY: `inner` is only accessed through `lock()`, which gives one thread at a time exclusive
+// access (Acquire/Release on `locked`).
+unsafe impl Sync for Gate {}
+
+static GATE: Gate = Gate {
+    locked: AtomicBool::new(false),
+    inner: UnsafeCell::new(Inner {
+        grant: grant::GrantView::new(),
+        dur: durations::Durations::new(),
+        model_end_ns: 0,
+        grant_id: (0, 0),
+        grant_seen_ns: 0,
+        used_ns: 0,
+    }),
+};
+
+struct Locked(());
+
+impl Drop for Locked {
+    fn drop(&mut self) {
+        GATE.locked.store(false, Ordering::Release);
+    }
+}
+
+impl Locked {
+    #[allow(clippy::mut_from_ref)]
+    fn inner(&mut self) -> &mut Inner {
+        // SAFETY: the lock is held (this value exists) and `&mut self` gives one borrow at a time.
+        unsafe { &mut *GATE.inner.get() }
+    }
+}
+
+fn lock() -> Locked {
+    let mut n = 0u32;
+    while GATE
+        .locked
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        n += 1;
+        if n < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    Locked(())
+}
+
+// Counters.
+static HELD: AtomicU64 = AtomicU64::new(0);
+static WAIT_NS: AtomicU64 = AtomicU64::new(0);
+static INFLIGHT_MAX: AtomicU64 = AtomicU64::new(0);
+static ADMITTED: AtomicU64 = AtomicU64::new(0);
+static STARVED: AtomicU64 = AtomicU64::new(0);
+
+/// (launches held, total wait ns, in-flight max) for the process-exit record.
+pub fn stats() -> (u64, u64, u64) {
+    (
+        HELD.load(Ordering::Relaxed),
+        WAIT_NS.load(Ordering::Relaxed),
+        INFLIGHT_MAX.load(Ordering::Relaxed),
+    )
+}
+
+enum Decision {
+    /// Admitted; the in-flight slot whose end event is recorded after the launch.
+    Admit(Option<usize>),
+    Wait,
+}
+
+fn device() -> i32 {
+    rt::THREAD.try_with(rt::device).unwrap_or(-1)
+}
+
+fn decide(cfg: &Config, now: u64, stream: u64, key: u64, waited_ns: u64) -> Decision {
+    let mut l = lock();
+    let st = l.inner();
+    let d = drv::get();
+    if let Some(d) = d {
+        inflight::ensure_pool(d);
+    }
+    let dur = &mut st.dur;
+    let pend = inflight::retire(d, now, |k, ns| dur.learn(k, ns));
+    let g = st.grant.now(now, device(), cfg.stale_ns);
+    if !g.open {
+        return Decision::Wait;
+    }
+    let id = (g.open_until_ns, g.budget_ns);
+    if id != st.grant_id {
+        st.grant_id = id;
+        st.grant_seen_ns = now;
+        st.used_ns = 0;
+    }
+    let est = st.dur.estimate(key).unwrap_or(cfg.default_ns);
+    let fits_grant = now
+        .saturating_add(pend.ns)
+        .saturating_add(est)
+        <= g.open_until_ns;
+    let fits_ahead = pend.count == 0 || pend.ns.saturating_add(est) <= cfg.ahead_ns;
+    let fits_budget = g.budget_ns == 0 || st.used_ns.saturating_add(est) <= g.budget_ns;
+    if !(fits_grant && fits_ahead && fits_budget) {
+        let starving = pend.count == 0
+            && waited_ns >= cfg.starve_ns
+            && now.saturating_sub(st.grant_seen_ns) <= STARVE_GRANT_AGE_NS;
+        if !starving {
+            return Decision::Wait;
+        }
+        STARVED.fetch_add(1, Ordering::Relaxed);
+    }
+    if d.is_some_and(|d| drv::capturing(d, stream)) {
+        return Decision::Admit(None);
+    }
+    let model_end = st.model_end_ns.max(now).saturating_add(est);
+    let Some(slot) = inflight::reserve(d, stream, key, est, model_end) else {
+        return Decision::Wait; // table full: wait for a retirement
+    };
+    st.model_end_ns = model_end;
+    st.used_ns = st.used_ns.saturating_add(est);
+    INFLIGHT_MAX.fetch_max(pend.count as u64 + 1, Ordering::Relaxed);
+    Decision::Admit(Some(slot))
+}
+
+thread_local! {
+    static SLACK_SET: Cell<bool> = const { Cell::new(false) };
+}
+
+fn sleep_step() {
+    if !SLACK_SET.try_with(|s| s.replace(true)).unwrap_or(true) {
+        // SAFETY: prctl(PR_SET_TIMERSLACK) sets this thread's timer slack (1 ns): wake on time.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+    }
+    let ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: SLEEP_NS as libc::c_long,
+    };
+    // SAFETY: clock_nanosleep reads the timespec we own; a NULL remainder is allowed.
+    unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, 0, &ts, std::ptr::null_mut()) };
+}
+
+/// Called on the hook path of a side task before the real launch (after it was recorded).
+/// `key` identifies what is launched (function handle / host stub, or graph exec). Returns when
+/// the launch is admitted; the caller's guard, when dropped after the real launch, calls
+/// [`after_launch`].
+pub fn before_launch(_api: Api, stream: u64, key: u64) {
+    let Some(cfg) = config() else { return };
+    let t0 = now_ns();
+    let mut now = t0;
+    let mut held = false;
+    loop {
+        if let Decision::Admit(slot) = decide(cfg, now, stream, key, now - t0) {
+            if let Some(i) = slot {
+                let _ = rt::THREAD.try_with(|t| t.gate_slot.set(i as u32 + 1));
+            }
+            ADMITTED.fetch_add(1, Ordering::Relaxed);
+            if held {
+                WAIT_NS.fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
+            }
+            return;
+        }
+        if !held {
+            held = true;
+            HELD.fetch_add(1, Ordering::Relaxed);
+        }
+        if now - t0 < SPIN_NS {
+            for _ in 0..64 {
+                std::hint::spin_loop();
+            }
+        } else {
+            sleep_step();
+        }
+        now = now_ns();
+    }
+}
+
+/// After the real launch of an admitted launch (from the hook guard's drop, `slot` as set by
+/// [`before_launch`]): records its completion event. Lock-free.
+pub fn after_launch(slot: u32) {
+    inflight::arm(slot as usize);
+}
+
+/// Allocation hook of a side task, before the real allocator: false = over budget (the hook
+/// returns `CUDA_ERROR_OUT_OF_MEMORY` without calling it).
+pub fn mem_reserve(bytes: usize) -> bool {
+    let grant_bytes = {
+        let mut l = lock();
+        let stale = config().map_or(100_000_000, |c| c.stale_ns);
+        l.inner()
+            .grant
+            .now(now_ns(), device(), stale)
+            .mem_budget_bytes
+    };
+    membudget::reserve(bytes as u64, membudget::limit(grant_bytes))
+}
+
+/// After the real allocation: `ok` with the pointer it returned, or failed.
+pub fn mem_done(bytes: usize, ok: bool, ptr: u64) {
+    if ok {
+        membudget::commit(ptr, bytes as u64);
+    } else {
+        membudget::cancel(bytes as u64);
+    }
+}
+
+/// After a successful free of `ptr`.
+pub fn mem_freed(ptr: u64) {
+    membudget::release(ptr);
+}
+
+/// Fork child (async-signal-safe stores only): the parent's events and memory are not ours; the
+/// lock may have been held by a thread that does not exist here.
+pub fn reset_after_fork() {
+    inflight::reset_after_fork();
+    membudget::reset_after_fork();
+    GATE.locked.store(false, Ordering::Release);
+}
+
+/// At exit, with `FREERIDE_GATE_VERBOSE=1`: one summary line on stderr.
+pub fn report_at_exit() {
+    if CONFIG.get().is_some_and(|c| c.verbose) {
+        eprintln!(
+            "freeride gate: admitted={} held={} wait_ms={:.3} inflight_max={} starved={} mem_held={} mem_refused={}",
+            ADMITTED.load(Ordering::Relaxed),
+            HELD.load(Ordering::Relaxed),
+            WAIT_NS.load(Ordering::Relaxed) as f64 / 1e6,
+            INFLIGHT_MAX.load(Ordering::Relaxed),
+            STARVED.load(Ordering::Relaxed),
+            membudget::held(),
+            membudget::REFUSED.load(Ordering::Relaxed),
+        );
+    }
+}

@@ -344,9 +344,13 @@ fn nccl_in_a_local_scope_with_gpu_side_timing() {
                 .map(|g| (g[field].as_i64().unwrap() - t).abs())
                 .min()
                 .unwrap();
+            // The fake driver has no event timing: these times are poll midpoints, exact to their
+            // stated uncertainty (the poller's interval), plus scheduling slack on a busy machine.
+            // (The GPU-clock path is checked within 1 ms against the stand-ins in interpose_pipesim.)
+            let unc = e["uncertainty_ns"].as_i64().unwrap_or(0);
             assert!(
-                best < 1_000_000,
-                "{kind} {e} is {best} ns from the ground truth"
+                best < 1_000_000 + unc,
+                "{kind} {e} is {best} ns from the ground truth (uncertainty {unc} ns)"
             );
         }
     }

@@ -1,0 +1,119 @@
+//! The side task's view of its GPU's grant block (`grant-gpu<N>`, written by the agent).
+//!
+//! Mapped read-only on first use (slow path, gate lock held). A missing file, a bad block, a block
+//! being updated (seqlock odd after a few tries), a stale heartbeat or a deadline in the past all
+//! read as CLOSED: a side task never runs ungoverned. While the grant reads closed, the file is
+//! looked at again every [`RECHECK_NS`] (stat, compare the inode; re-map if the agent replaced it,
+//! e.g. after a restart). An old mapping is never unmapped (another thread may still read it:
+//! 4 KiB per agent restart).
+use freeride_abi::grant::{Grant, GrantBlock};
+use freeride_abi::grant_shm::GrantMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+
+pub const RECHECK_NS: u64 = 100_000_000;
+
+pub struct GrantView {
+    map: Option<&'static GrantMap>,
+    path: Option<PathBuf>,
+    checked_ns: u64,
+}
+
+/// What the gate needs to know now.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Now {
+    /// Open, fresh and not past its deadline.
+    pub open: bool,
+    pub open_until_ns: u64,
+    pub budget_ns: u64,
+    pub mem_budget_bytes: u64,
+}
+
+impl Default for GrantView {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl GrantView {
+    pub const fn new() -> Self {
+        GrantView {
+            map: None,
+            path: None,
+            checked_ns: 0,
+        }
+    }
+
+    /// Sets the file this process follows (first use): `grant-gpu<device>` in the session dir.
+    fn ensure_path(&mut self, device: i32) {
+        if self.path.is_none() {
+            let dir = freeride_abi::session::resolve_dir();
+            let dev = if device >= 0 { device as u32 } else { 0 };
+            self.path = Some(dir.join(freeride_abi::session::grant_file_name(dev)));
+        }
+    }
+
+    fn block(&self) -> Option<&'static GrantBlock> {
+        self.map.map(|m| m.block())
+    }
+
+    fn snapshot(&self) -> Option<Grant> {
+        let b = self.block()?;
+        for _ in 0..4 {
+            if let Some(g) = b.snapshot() {
+                return Some(g);
+            }
+            std::hint::spin_loop();
+        }
+        None
+    }
+
+    /// (Re-)maps the file if it is new, replaced, or was missing. Slow path.
+    fn recheck(&mut self, now: u64) {
+        if self.checked_ns != 0 && now.saturating_sub(self.checked_ns) < RECHECK_NS {
+            return;
+        }
+        self.checked_ns = now.max(1);
+        let Some(path) = self.path.as_ref() else {
+            return;
+        };
+        match std::fs::metadata(path) {
+            Ok(md) => {
+                if self.map.is_some_and(|m| m.id == (md.dev(), md.ino())) {
+                    return;
+                }
+                // Leaked on purpose: readers on other threads may still hold the old block.
+                self.map = GrantMap::open(path, false)
+                    .ok()
+                    .map(|m| &*Box::leak(Box::new(m)));
+            }
+            Err(_) => self.map = None,
+        }
+    }
+
+    /// The grant as it stands at `now`; `device` picks the file on first use.
+    pub fn now(&mut self, now: u64, device: i32, stale_ns: u64) -> Now {
+        self.ensure_path(device);
+        if self.map.is_none() {
+            self.recheck(now);
+        }
+        let read = |v: &Self| {
+            let g = v.snapshot()?;
+            let fresh = now.saturating_sub(g.heartbeat_ns) <= stale_ns;
+            Some(Now {
+                open: g.open && fresh && g.open_until_ns > now,
+                open_until_ns: g.open_until_ns,
+                budget_ns: g.budget_ns,
+                mem_budget_bytes: g.mem_budget_bytes,
+            })
+        };
+        match read(self) {
+            Some(n) if n.open => n,
+            _ => {
+                // Closed, stale or unreadable: maybe the agent restarted with a new file.
+                self.recheck(now);
+                read(self).unwrap_or_default()
+            }
+        }
+    }
+}

@@ -1,0 +1,72 @@
+/* A side task for the gate tests (linked against the stand-in libcudart.so.13, run under
+ * LD_PRELOAD=libfreeride.so with FREERIDE_ROLE=sidetask).
+ *   gate_side loop <kernel_us> [max_launches]  : launches kernel_us-long kernels on one stream,
+ *        never synchronizing (a task that never yields); "ready" once its stream exists;
+ *        with max_launches, synchronizes and prints "done <n>" after that many.
+ *   gate_side bench <n>                        : n launches of 1 µs kernels (each followed by a
+ *        stream sync every 64), prints "ns_per_launch <x>" (scripts/bench-gate).
+ *   gate_side mem <mib> <mib> ...              : cudaMalloc each size in turn ("free" frees the
+ *        first still-held block), printing each result code on one line. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+typedef struct { unsigned x, y, z; } dim3;
+int cudaStreamCreate(void **);
+int cudaStreamSynchronize(void *);
+int cudaLaunchKernel(const void *, dim3, dim3, void **, size_t, void *);
+int cudaMalloc(void **, size_t);
+int cudaFree(void *);
+static void side_kernel(void) {}
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IONBF, 0);
+    if (argc >= 3 && strcmp(argv[1], "loop") == 0) {
+        void *s = 0;
+        if (cudaStreamCreate(&s) != 0) { printf("stream failed\n"); return 1; }
+        uint64_t ns = strtoull(argv[2], 0, 10) * 1000ull;
+        long max = argc >= 4 ? atol(argv[3]) : -1;
+        void *args[1] = {&ns};
+        dim3 g = {1, 1, 1}, b = {32, 1, 1};
+        printf("ready\n");
+        for (long n = 0; max < 0 || n < max; n++)
+            if (cudaLaunchKernel((const void *)side_kernel, g, b, args, 0, s) != 0) { printf("launch failed\n"); return 1; }
+        cudaStreamSynchronize(s);
+        printf("done %ld\n", max);
+        return 0;
+    }
+    if (argc >= 3 && strcmp(argv[1], "bench") == 0) {
+        void *s = 0;
+        if (cudaStreamCreate(&s) != 0) return 1;
+        uint64_t ns = 1000; void *args[1] = {&ns};
+        dim3 g = {1, 1, 1}, b = {32, 1, 1};
+        long n = atol(argv[2]);
+        struct timespec a, z; double launch_ns = 0;
+        for (long i = 0; i < n; i++) {
+            clock_gettime(CLOCK_MONOTONIC, &a);
+            cudaLaunchKernel((const void *)side_kernel, g, b, args, 0, s);
+            clock_gettime(CLOCK_MONOTONIC, &z);
+            launch_ns += (z.tv_sec - a.tv_sec) * 1e9 + (z.tv_nsec - a.tv_nsec);
+            if (i % 64 == 63) cudaStreamSynchronize(s);
+        }
+        cudaStreamSynchronize(s);
+        printf("ns_per_launch %.0f\n", launch_ns / n);
+        return 0;
+    }
+    if (argc >= 2 && strcmp(argv[1], "mem") == 0) {
+        void *held[64]; int nheld = 0, first = 0;
+        for (int i = 2; i < argc && nheld < 64; i++) {
+            if (strcmp(argv[i], "free") == 0) {
+                printf("%d\n", first < nheld ? cudaFree(held[first++]) : -1);
+                continue;
+            }
+            void *p = 0;
+            int r = cudaMalloc(&p, (size_t)strtoull(argv[i], 0, 10) << 20);
+            if (r == 0) held[nheld++] = p;
+            printf("%d\n", r);
+        }
+        return 0;
+    }
+    fprintf(stderr, "usage: gate_side loop <kernel_us> [n] | mem <mib|free>...\n");
+    return 2;
+}

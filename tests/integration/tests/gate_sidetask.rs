@@ -1,0 +1,341 @@
+//! The side-task gate of libfreeride.so on the test bed (stand-in CUDA, simulated GPU, ground
+//! truth): a side task (tests/cprogs/gate_side.c, runtime launches that never synchronize) under
+//! `FREERIDE_ROLE=sidetask`, with grant blocks written here as the agent would.
+//! Bounds are checked against the truth's GPU-timeline start/end of every kernel. The gate never
+//! sees kernel durations (kernelParams[0]); it learns them from its own completion events.
+use freeride_abi::grant_shm::GrantWriter;
+use freeride_abi::now_ns;
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+const MS: u64 = 1_000_000;
+const KERNEL_US: u64 = 500;
+/// Host scheduling slack on a busy 2-core machine: a thread admitted just before a deadline may
+/// be descheduled before its launch reaches the GPU.
+const SCHED_SLACK: u64 = 2 * MS;
+
+/// One timing-sensitive test at a time (the machine is small).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn target_dir() -> PathBuf {
+    std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn side_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let t = target_dir();
+        for f in ["libfreeride.so", "libcuda.so", "libcudart.so"] {
+            assert!(t.join(f).exists(), "{f} not built (cargo build --release --workspace)");
+        }
+        let d = std::env::temp_dir().join(format!("freeride-gate-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let out = d.join("gate_side");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cprogs/gate_side.c");
+        let o = Command::new("cc")
+            .args(["-O1", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .arg(format!("-L{}", t.display()))
+            .arg("-lcudart")
+            .output()
+            .expect("cc");
+        assert!(o.status.success(), "cc: {}", String::from_utf8_lossy(&o.stderr));
+        out
+    })
+}
+
+struct Bed {
+    root: PathBuf,
+    session: PathBuf,
+    truth: PathBuf,
+}
+
+impl Bed {
+    fn new(name: &str) -> Bed {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let root = PathBuf::from(format!(
+            "/dev/shm/freeride-gate-test-{}-{}-{name}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&root);
+        let session = root.join("session");
+        std::fs::create_dir_all(&session).unwrap();
+        std::fs::create_dir_all(root.join("sim")).unwrap();
+        std::fs::set_permissions(&session, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .unwrap();
+        let truth = root.join("truth.jsonl");
+        Bed {
+            root,
+            session,
+            truth,
+        }
+    }
+
+    fn cmd(&self, role: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
+        let standins = pipesim::standins::ensure_dir().unwrap();
+        let mut c = Command::new(side_bin());
+        c.args(args)
+            .env("LD_PRELOAD", target_dir().join("libfreeride.so"))
+            .env("LD_LIBRARY_PATH", &standins)
+            .env("FREERIDE_DIR", &self.session)
+            .env("FREERIDE_SIM_DIR", self.root.join("sim"))
+            .env("FREERIDE_SIM_TRACE", &self.truth)
+            .env("FREERIDE_ROLE", role)
+            .env("FREERIDE_GATE_VERBOSE", "1")
+            .env_remove("FREERIDE_TRACE")
+            .env_remove("FREERIDE_GATE")
+            .env_remove("FREERIDE_MEM_BUDGET_MB")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c
+    }
+
+    /// Starts the never-yielding side task and waits for its "ready" (stream created).
+    fn start_loop(&self, env: &[(&str, &str)]) -> (Child, BufReader<std::process::ChildStdout>) {
+        let us = KERNEL_US.to_string();
+        let mut child = self.cmd("sidetask", &["loop", &us], env).spawn().unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "side task did not start");
+        (child, out)
+    }
+
+    /// (start_ns, end_ns, queued_ns) of every kernel `pid` ran, by start.
+    fn kernels(&self, pid: u32) -> Vec<(u64, u64, u64)> {
+        let text = std::fs::read_to_string(&self.truth).unwrap_or_default();
+        let mut v: Vec<(u64, u64, u64)> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|j| j["pid"].as_u64() == Some(pid as u64))
+            .map(|j| {
+                (
+                    j["start_ns"].as_u64().unwrap(),
+                    j["end_ns"].as_u64().unwrap(),
+                    j["queued_ns"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// Heartbeats the grant every 1 ms (the agent does every ~50 µs) until dropped.
+struct Heart {
+    stop: Arc<AtomicBool>,
+    th: Option<std::thread::JoinHandle<()>>,
+}
+
+fn heart(w: &Arc<GrantWriter>) -> Heart {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (s, w) = (stop.clone(), w.clone());
+    let th = std::thread::spawn(move || {
+        while !s.load(Ordering::Relaxed) {
+            w.heartbeat();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    Heart { stop, th: Some(th) }
+}
+
+impl Drop for Heart {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.th.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn sleep_until(t: u64) {
+    let now = now_ns();
+    if t > now {
+        std::thread::sleep(Duration::from_nanos(t - now));
+    }
+}
+
+fn kill(mut child: Child) {
+    // SAFETY: kill(2) of our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let t0 = now_ns();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return;
+        }
+        assert!(now_ns() - t0 < 2_000 * MS, "side task did not exit on SIGTERM");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn never_yielding_sidetask_runs_only_inside_grants() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let bed = Bed::new("never-yields");
+    let w = Arc::new(GrantWriter::create(&bed.session, 0).unwrap());
+    let _hb = heart(&w);
+    let (child, _out) = bed.start_loop(&[]);
+    let pid = child.id();
+    let closed_from = now_ns();
+    std::thread::sleep(Duration::from_millis(300));
+    let closed_to = now_ns();
+    // Grants of 20 ms every 100 ms.
+    let mut grants = vec![];
+    for _ in 0..6 {
+        let t = now_ns();
+        let until = w.open_for(20 * MS, 20 * MS, 0);
+        grants.push((t, until));
+        sleep_until(until);
+        w.close(0);
+        sleep_until(t + 100 * MS);
+    }
+    let truth_to = now_ns();
+    kill(child);
+    let ks = bed.kernels(pid);
+    assert!(
+        ks.iter().all(|k| k.0 < closed_from || k.0 > closed_to),
+        "a kernel ran while the grant was closed"
+    );
+    assert!(ks.len() >= 20, "the side task ran only {} kernels", ks.len());
+    let mut worst_end = i64::MIN;
+    let mut per_grant = vec![0usize; grants.len()];
+    for k in ks.iter().filter(|k| k.0 <= truth_to) {
+        let g = grants
+            .iter()
+            .position(|g| k.0 >= g.0 && k.0 <= g.1 + SCHED_SLACK)
+            .unwrap_or_else(|| panic!("kernel at {} started outside every grant {grants:?}", k.0));
+        per_grant[g] += 1;
+        worst_end = worst_end.max(k.1 as i64 - grants[g].1 as i64);
+    }
+    let bound = (MS + KERNEL_US * 1000 + SCHED_SLACK) as i64;
+    eprintln!(
+        "never-yields: {} kernels, per grant {per_grant:?}, worst end vs open_until {:.3} ms",
+        ks.len(),
+        worst_end as f64 / 1e6
+    );
+    assert!(worst_end <= bound, "a kernel ended {worst_end} ns after its grant");
+    // Every grant after the first (durations learned) was used for real work: >= 8 ms of 20.
+    for (i, n) in per_grant.iter().enumerate().skip(1) {
+        assert!(*n >= 16, "grant {i} ran only {n} kernels of 500 µs");
+    }
+}
+
+#[test]
+fn grant_closed_early_drains_within_bound() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let bed = Bed::new("closed-early");
+    let w = Arc::new(GrantWriter::create(&bed.session, 0).unwrap());
+    let _hb = heart(&w);
+    let (child, _out) = bed.start_loop(&[]);
+    let pid = child.id();
+    // A first full grant teaches the gate the kernel's duration.
+    let until = w.open_for(20 * MS, 20 * MS, 0);
+    sleep_until(until);
+    w.close(0);
+    std::thread::sleep(Duration::from_millis(50));
+    let mut closes = vec![];
+    for _ in 0..3 {
+        let t = now_ns();
+        w.open_for(50 * MS, 50 * MS, 0);
+        std::thread::sleep(Duration::from_millis(5));
+        w.close(0);
+        closes.push((t, now_ns()));
+        std::thread::sleep(Duration::from_millis(80));
+    }
+    kill(child);
+    let ks = bed.kernels(pid);
+    // Bound: the gate's queued-ahead cap (2 ms) + one kernel + host slack.
+    let bound = 2 * MS + KERNEL_US * 1000 + SCHED_SLACK;
+    for (open, close) in &closes {
+        let mine: Vec<_> = ks.iter().filter(|k| k.2 >= *open && k.2 < close + 50 * MS).collect();
+        assert!(!mine.is_empty(), "no kernel ran in the grant opened at {open}");
+        let last_queue = mine.iter().map(|k| k.2).max().unwrap();
+        let last_end = mine.iter().map(|k| k.1).max().unwrap();
+        eprintln!(
+            "closed-early: {} kernels; last queued {:.3} ms, drained {:.3} ms after the close",
+            mine.len(),
+            (last_queue as f64 - *close as f64) / 1e6,
+            (last_end as f64 - *close as f64) / 1e6
+        );
+        assert!(last_queue <= close + SCHED_SLACK, "a launch was queued after the close");
+        assert!(last_end <= close + bound, "work drained {} ns after the close", last_end - close);
+    }
+}
+
+#[test]
+fn memory_budget_errors_the_sidetask_not_the_trainer() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let bed = Bed::new("mem");
+    let env = [("FREERIDE_MEM_BUDGET_MB", "64")];
+    let o = bed
+        .cmd("sidetask", &["mem", "48", "48", "free", "48", "16", "1"], &env)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let codes: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    // 48 ok; 48 more -> cudaErrorMemoryAllocation (2); free ok; 48 ok; 16 ok (64 held); 1 -> 2.
+    assert_eq!(codes, ["0", "2", "0", "0", "0", "2"], "side task results");
+    let o = bed
+        .cmd("trainer", &["mem", "1024", "1024"], &env)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().collect::<Vec<_>>(), ["0", "0"]);
+}
+
+#[test]
+fn no_agent_holds_the_sidetask_and_gate_off_runs_freely() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let bed = Bed::new("no-agent");
+    let (child, _out) = bed.start_loop(&[]);
+    let pid = child.id();
+    std::thread::sleep(Duration::from_millis(300));
+    kill(child);
+    assert_eq!(bed.kernels(pid).len(), 0, "a side task without an agent ran kernels");
+
+    // A stale grant (agent gone: heartbeat not refreshed) is closed too, even if "open".
+    let w = GrantWriter::create(&bed.session, 0).unwrap();
+    w.open_for(10_000 * MS, 0, 0);
+    std::thread::sleep(Duration::from_millis(150));
+    let (child, _out) = bed.start_loop(&[]);
+    let pid = child.id();
+    std::thread::sleep(Duration::from_millis(300));
+    kill(child);
+    assert_eq!(bed.kernels(pid).len(), 0, "a side task ran under a stale grant");
+
+    let o = bed
+        .cmd("sidetask", &["loop", "100", "200"], &[("FREERIDE_GATE", "off")])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("done 200"));
+    let pid_off = bed.kernels(0).len(); // none run as pid 0
+    assert_eq!(pid_off, 0);
+    let text = std::fs::read_to_string(&bed.truth).unwrap();
+    assert_eq!(text.lines().count(), 200, "FREERIDE_GATE=off must run every kernel");
+}
