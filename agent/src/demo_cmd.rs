@@ -57,6 +57,7 @@ pub fn main(a: DemoArgs) -> i32 {
     let side = sim::SideTasks {
         per_gpu: 1,
         kind: "train_loop".into(),
+        mode: sim::SideMode::Gated,
         args: vec!["--batch".into(), "256".into()],
     };
     let res = match sim::run(&job, Some(&side), true) {

@@ -20,6 +20,9 @@ pub struct GrantPolicy {
     pub min_grant_ns: Ns,
     /// No grant for a prediction less confident than this (0..=1).
     pub min_confidence: f64,
+    /// Publish grants without a deadline (the side tasks stop issuing work only when the grant
+    /// closes): models the prior approach's pause/resume with no time check.
+    pub open_ended: bool,
 }
 
 impl Default for GrantPolicy {
@@ -30,6 +33,7 @@ impl Default for GrantPolicy {
             guard_spreads: 2.0,
             min_grant_ns: 300_000,
             min_confidence: 0.5,
+            open_ended: false,
         }
     }
 }
@@ -48,6 +52,9 @@ impl GrantPolicy {
         (until >= now + self.min_grant_ns).then_some(until)
     }
 }
+
+/// How far an open-ended grant reaches (see [`GrantPolicy::open_ended`]).
+const OPEN_ENDED_NS: Ns = 3_600_000_000_000;
 
 /// One grant block per GPU with a trainer, in the session directory.
 pub struct Grants {
@@ -96,6 +103,7 @@ impl Grants {
         match want {
             Some(until) => {
                 *self.opened.entry(device).or_default() += 1;
+                let until = if self.policy.open_ended { now + OPEN_ENDED_NS } else { until };
                 w.publish(GrantFields {
                     open: true,
                     open_until_ns: until,

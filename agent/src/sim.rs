@@ -48,11 +48,39 @@ pub struct SimResult {
     pub sidetask_pids: Vec<u32>,
 }
 
+/// How side tasks share the GPU with the job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SideMode {
+    /// freeride: the agent's grants; each step only when it fits the predicted rest of the bubble.
+    Gated,
+    /// Naive co-location: side tasks run freely beside the job.
+    Naive,
+    /// The prior approach's imperative control (FreeRide pauses free-running side tasks with
+    /// SIGSTOP and resumes them with SIGCONT at bubble edges, with no time check): the side tasks run
+    /// freely while a bubble is open and stop issuing work when it closes (or nears its predicted
+    /// end); work already queued on the GPU keeps running. Modelled with open-ended grants rather
+    /// than real signals: the test bed's simulated GPU runs a process's kernels on that process's
+    /// own threads, so a stopped process would also freeze its queued kernels (and the GPU), which a
+    /// real GPU does not do.
+    PauseResume,
+}
+
+impl SideMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            SideMode::Gated => "gated",
+            SideMode::Naive => "naive",
+            SideMode::PauseResume => "prior",
+        }
+    }
+}
+
 /// Side tasks to run beside the job: `per_gpu` processes of the SDK example `kind` on every GPU.
 #[derive(Clone, Debug)]
 pub struct SideTasks {
     pub per_gpu: u32,
     pub kind: String,
+    pub mode: SideMode,
     /// Extra arguments for every side-task process.
     pub args: Vec<String>,
 }
@@ -85,6 +113,7 @@ fn start_sidetasks(
                 ])
                 .arg(format!("{}-gpu{d}-{k}", spec.kind))
                 .args(&spec.args)
+                .args(if spec.mode == SideMode::Naive { &["--standalone"][..] } else { &[][..] })
                 .env(env::DIR, session)
                 .env("FREERIDE_SIM_DIR", sim_dir)
                 .env("FREERIDE_SIM_TRACE", truth)
@@ -221,10 +250,18 @@ impl Drop for ScratchDir {
 }
 
 /// Runs the agent loop over `dir` until `stop` is set, then drains the rings once more.
-pub fn agent_loop(dir: &Path, stop: &AtomicBool) -> (Vec<BubbleRecord>, u64, u64, Vec<String>) {
+/// `grants`: publish grants for side tasks with `policy` (none: the side tasks run ungated).
+pub fn agent_loop(
+    dir: &Path,
+    stop: &AtomicBool,
+    grants: Option<GrantPolicy>,
+) -> (Vec<BubbleRecord>, u64, u64, Vec<String>) {
     // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack (wake on time to poll).
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
-    let mut node = Node::with_grants(dir, GrantPolicy::default());
+    let mut node = match grants {
+        Some(p) => Node::with_grants(dir, p),
+        None => Node::new(dir),
+    };
     let mut bubbles = vec![];
     let mut warnings = vec![];
     let (mut events, mut dropped) = (0u64, 0u64);
@@ -257,26 +294,28 @@ pub fn run(
     let session = ScratchDir::new("session")?;
     let sim_dir = ScratchDir::new("gpu")?;
     let truth_path = sim_dir.0.join("truth.jsonl");
+    let mut side = match sidetasks {
+        Some(spec) => start_sidetasks(spec, job.stages, &session.0, &sim_dir.0, &truth_path)?,
+        None => vec![],
+    };
+    let grants = match sidetasks.map(|s| s.mode) {
+        Some(SideMode::Naive) => None,
+        Some(SideMode::PauseResume) => Some(GrantPolicy { open_ended: true, ..GrantPolicy::default() }),
+        _ => Some(GrantPolicy::default()),
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let agent = {
         let (dir, stop) = (session.0.clone(), stop.clone());
         std::thread::Builder::new()
             .name("freeride-agent".into())
-            .spawn(move || agent_loop(&dir, &stop))
-            .map_err(|e| format!("cannot start the agent thread: {e}"))?
+            .spawn(move || agent_loop(&dir, &stop, grants))
     };
-    let mut side = match sidetasks {
-        Some(spec) => {
-            match start_sidetasks(spec, job.stages, &session.0, &sim_dir.0, &truth_path) {
-                Ok(c) => c,
-                Err(e) => {
-                    stop.store(true, Ordering::Release);
-                    let _ = agent.join();
-                    return Err(e);
-                }
-            }
+    let agent = match agent {
+        Ok(a) => a,
+        Err(e) => {
+            stop_sidetasks(&mut side);
+            return Err(format!("cannot start the agent thread: {e}"));
         }
-        None => vec![],
     };
     let sidetask_pids: Vec<u32> = side.iter().map(|c| c.id()).collect();
     let mut cmd = Command::new(&pipesim);
@@ -440,6 +479,8 @@ pub struct Harvest {
     pub sidetask_busy_ms: f64,
     /// Of which outside the trainers' idle time (where it can slow the trainer).
     pub outside_bubbles_ms: f64,
+    /// Side-task GPU time / (measured time x GPUs): the side tasks' throughput as a GPU share.
+    pub gpu_share: f64,
 }
 
 /// Scores the side tasks' kernels against the trainers' idle time (same iterations as [`score`]).
@@ -450,7 +491,7 @@ pub fn harvest(r: &SimResult) -> Harvest {
     } else {
         its.len().saturating_sub(1)
     };
-    let (mut inside, mut idle, mut busy) = (0u64, 0u64, 0u64);
+    let (mut inside, mut idle, mut busy, mut window) = (0u64, 0u64, 0u64, 0u64);
     for (rank, _) in r.truth.pids.iter().enumerate() {
         let side = merge(
             r.kernels
@@ -466,6 +507,7 @@ pub fn harvest(r: &SimResult) -> Harvest {
             inside += t.overlap_ns;
             idle += t.truth_ns;
             busy += t.predicted_ns;
+            window += it.end_ns - it.start_ns;
         }
     }
     Harvest {
@@ -476,5 +518,6 @@ pub fn harvest(r: &SimResult) -> Harvest {
         },
         sidetask_busy_ms: busy as f64 / 1e6,
         outside_bubbles_ms: (busy - inside) as f64 / 1e6,
+        gpu_share: if window == 0 { 0.0 } else { busy as f64 / window as f64 },
     }
 }

@@ -18,6 +18,10 @@ pub struct SimArgs {
     /// Which SDK example runs as the side task.
     #[arg(long, default_value = "train_loop", value_parser = ["train_loop", "pagerank", "image_batch"])]
     sidetask_kind: String,
+    /// How side tasks share the GPUs: gated (freeride), naive (ungated co-location), prior (the
+    /// prior approach: pause/resume at bubble edges with no time check).
+    #[arg(long, default_value = "gated", value_parser = ["gated", "naive", "prior"])]
+    sidetask_mode: String,
     /// An extra argument for every side-task process (repeat it), e.g. --sidetask-arg=--batch=128.
     #[arg(long = "sidetask-arg", allow_hyphen_values = true)]
     sidetask_args: Vec<String>,
@@ -45,6 +49,11 @@ pub fn main(a: SimArgs) -> i32 {
     let side = (a.sidetasks > 0).then(|| sim::SideTasks {
         per_gpu: a.sidetasks,
         kind: a.sidetask_kind.clone(),
+        mode: match a.sidetask_mode.as_str() {
+            "naive" => sim::SideMode::Naive,
+            "prior" => sim::SideMode::PauseResume,
+            _ => sim::SideMode::Gated,
+        },
         args: a
             .sidetask_args
             .iter()
@@ -113,8 +122,10 @@ pub fn main(a: SimArgs) -> i32 {
             "bubble_busy_ratio": r(h.bubble_busy_ratio, 4),
             "sidetask_busy_ms": r(h.sidetask_busy_ms, 3),
             "sidetask_outside_bubbles_ms": r(h.outside_bubbles_ms, 3),
+            "sidetask_gpu_share": r(h.gpu_share, 4),
             "sidetasks_per_gpu": spec.per_gpu,
             "kind": spec.kind,
+            "mode": spec.mode.name(),
         });
         report["trainer"] = json!({
             "baseline_iteration_ms": r(base, 3),

@@ -123,7 +123,14 @@ fn run(cli: &Cli, cfg: &JobConfig, truth_path: Option<PathBuf>) -> Result<(), St
     let _job_cleanup = TempDir(Some(job_dir.clone()));
     let (trace, _trace_cleanup) = match truth_path {
         Some(p) => {
-            let _ = std::fs::remove_file(&p);
+            // Truncate, not remove: other processes on the same simulated GPUs (side tasks) may
+            // already append to this file, and must keep writing to the file that is read.
+            std::fs::OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(true)
+                .open(&p)
+                .map_err(|e| format!("creating {}: {e}", p.display()))?;
             (p, TempDir(None))
         }
         None => {
