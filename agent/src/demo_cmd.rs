@@ -58,7 +58,12 @@ pub fn main(a: DemoArgs) -> i32 {
         per_gpu: 1,
         kind: "train_loop".into(),
         mode: sim::SideMode::Gated,
-        args: vec!["--batch".into(), "256".into()],
+        args: vec![
+            "--batch".into(),
+            "256".into(),
+            "--margin".into(),
+            "1.0".into(),
+        ],
     };
     let res = match sim::run(&job, Some(&side), true) {
         Ok(r) => r,

@@ -103,7 +103,11 @@ impl Grants {
         match want {
             Some(until) => {
                 *self.opened.entry(device).or_default() += 1;
-                let until = if self.policy.open_ended { now + OPEN_ENDED_NS } else { until };
+                let until = if self.policy.open_ended {
+                    now + OPEN_ENDED_NS
+                } else {
+                    until
+                };
                 w.publish(GrantFields {
                     open: true,
                     open_until_ns: until,

@@ -113,7 +113,11 @@ fn start_sidetasks(
                 ])
                 .arg(format!("{}-gpu{d}-{k}", spec.kind))
                 .args(&spec.args)
-                .args(if spec.mode == SideMode::Naive { &["--standalone"][..] } else { &[][..] })
+                .args(if spec.mode == SideMode::Naive {
+                    &["--standalone"][..]
+                } else {
+                    &[][..]
+                })
                 .env(env::DIR, session)
                 .env("FREERIDE_SIM_DIR", sim_dir)
                 .env("FREERIDE_SIM_TRACE", truth)
@@ -300,7 +304,10 @@ pub fn run(
     };
     let grants = match sidetasks.map(|s| s.mode) {
         Some(SideMode::Naive) => None,
-        Some(SideMode::PauseResume) => Some(GrantPolicy { open_ended: true, ..GrantPolicy::default() }),
+        Some(SideMode::PauseResume) => Some(GrantPolicy {
+            open_ended: true,
+            ..GrantPolicy::default()
+        }),
         _ => Some(GrantPolicy::default()),
     };
     let stop = Arc::new(AtomicBool::new(false));
@@ -518,6 +525,10 @@ pub fn harvest(r: &SimResult) -> Harvest {
         },
         sidetask_busy_ms: busy as f64 / 1e6,
         outside_bubbles_ms: (busy - inside) as f64 / 1e6,
-        gpu_share: if window == 0 { 0.0 } else { busy as f64 / window as f64 },
+        gpu_share: if window == 0 {
+            0.0
+        } else {
+            busy as f64 / window as f64
+        },
     }
 }

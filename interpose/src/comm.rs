@@ -401,7 +401,15 @@ fn resolve_elapsed(d: &Driver) -> Option<EventElapsed> {
         let mut status: c_int = 0;
         // SAFETY: real cuGetProcAddress_v2 with a valid C string, writing a pointer and an int
         // we own; CU_GET_PROC_ADDRESS_DEFAULT flags.
-        let rc = unsafe { gpa(c"cuEventElapsedTime".as_ptr(), &mut f, 13000, 0, &mut status) };
+        let rc = unsafe {
+            gpa(
+                c"cuEventElapsedTime".as_ptr(),
+                &mut f,
+                13000,
+                0,
+                &mut status,
+            )
+        };
         if rc == CUDA_SUCCESS && !f.is_null() {
             // SAFETY: the driver's cuEventElapsedTime for 13.0 is cuEventElapsedTime_v2:
             // CUresult (float*, CUevent, CUevent), the type transmuted to.
@@ -511,8 +519,7 @@ fn gpu_time(ev: usize) -> Option<(u64, u64)> {
     let f = unsafe { std::mem::transmute::<usize, EventElapsed>(f) };
     let mut ms: f32 = 0.0;
     // SAFETY: real cuEventElapsedTime on two events of the pool's context, writing a float we own.
-    if unsafe { f(&mut ms, a as *mut c_void, ev as *mut c_void) } != CUDA_SUCCESS
-        || !ms.is_finite()
+    if unsafe { f(&mut ms, a as *mut c_void, ev as *mut c_void) } != CUDA_SUCCESS || !ms.is_finite()
     {
         return None;
     }

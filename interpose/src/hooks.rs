@@ -1251,7 +1251,16 @@ unsafe extern "C" fn w_cuMemAlloc_v2(dptr: *mut u64, bytes: usize) -> c_int {
     let side = side_task();
     if side && !crate::gate::mem_reserve(bytes) {
         let r = crate::gate::membudget::CUDA_ERROR_OUT_OF_MEMORY;
-        mem_event(&g, Kind::MemAlloc, api, t0, std::ptr::null_mut(), bytes, 0, r);
+        mem_event(
+            &g,
+            Kind::MemAlloc,
+            api,
+            t0,
+            std::ptr::null_mut(),
+            bytes,
+            0,
+            r,
+        );
         return r;
     }
     // SAFETY: pass-through.

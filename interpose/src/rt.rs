@@ -273,7 +273,11 @@ pub fn launch(api: Api, stream: u64, func: u64, grid: [u32; 3], block: [u32; 3],
         t,
         stream,
         shmem,
-        if in_nccl { freeride_abi::event::LAUNCH_FLAG_COMM } else { 0 },
+        if in_nccl {
+            freeride_abi::event::LAUNCH_FLAG_COMM
+        } else {
+            0
+        },
         [
             func,
             grid[0] as u64 | (grid[1] as u64) << 32,

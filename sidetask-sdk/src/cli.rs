@@ -46,6 +46,13 @@ impl Args {
                 "session-dir" => config.session_dir = Some(val.clone().into()),
                 "probe-min-us" => config.probe_min_grant_ns = num()? * 1_000,
                 "mem-cap-mib" => config.mem_cap_bytes = Some(num()? << 20),
+                "margin" => {
+                    config.margin = val
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|m| *m >= 1.0)
+                        .ok_or_else(|| format!("--margin: a number >= 1, got {val}"))?
+                }
                 _ => {
                     rest.insert(key.to_string(), val);
                 }

@@ -41,7 +41,8 @@ pub fn overlap(a: &[(Ns, Ns)], b: &[(Ns, Ns)]) -> Ns {
 /// Clips merged intervals to `[lo, hi)`.
 pub fn clip(v: &[(Ns, Ns)], lo: Ns, hi: Ns) -> Vec<(Ns, Ns)> {
     v.iter()
-        .filter_map(|&(a, b)| (a.max(lo) < b.min(hi)).then(|| (a.max(lo), b.min(hi))))
+        .map(|&(a, b)| (a.max(lo), b.min(hi)))
+        .filter(|&(a, b)| a < b)
         .collect()
 }
 

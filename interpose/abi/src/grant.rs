@@ -92,7 +92,15 @@ impl GrantBlock {
         // SAFETY: FUTEX_WAKE on an aligned 32-bit word of a live shared mapping; it only wakes
         // waiters (non-private: waiters are other processes mapping the same file).
         unsafe {
-            libc::syscall(libc::SYS_futex, self.futex_word(), libc::FUTEX_WAKE, i32::MAX, 0usize, 0usize, 0u32)
+            libc::syscall(
+                libc::SYS_futex,
+                self.futex_word(),
+                libc::FUTEX_WAKE,
+                i32::MAX,
+                0usize,
+                0usize,
+                0u32,
+            )
         };
     }
 

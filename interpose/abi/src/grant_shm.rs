@@ -3,12 +3,12 @@
 //! `epoch` is made odd, the fields are stored, `epoch` is made even again (Release); readers retry
 //! or treat the block as closed while the epoch is odd or changed under them.
 use crate::grant::{GrantBlock, GRANT_FILE_SIZE};
+use crate::grant::{GRANT_CLOSED, GRANT_LAYOUT_VERSION, GRANT_MAGIC, GRANT_OPEN};
+use crate::now_ns;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use crate::grant::{GRANT_CLOSED, GRANT_LAYOUT_VERSION, GRANT_MAGIC, GRANT_OPEN};
-use crate::now_ns;
 use std::sync::atomic::{fence, Ordering};
 
 pub struct GrantMap {
@@ -162,11 +162,13 @@ impl GrantWriter {
     }
 }
 
-
 impl GrantWriter {
     /// Refreshes the heartbeat only (readers treat a stale heartbeat as "closed": a dead agent's
     /// grant closes by itself).
     pub fn heartbeat(&self) {
-        self.map.block().heartbeat_ns.store(now_ns(), Ordering::Release);
+        self.map
+            .block()
+            .heartbeat_ns
+            .store(now_ns(), Ordering::Release);
     }
 }

@@ -1,4 +1,4 @@
-//! The JSON-lines form of an event (`FREERIDE_TRACE`). Field reference: interpose/TRACE.md.
+//! The JSON-lines form of an event (`FREERIDE_TRACE`). Field reference: the README, "The event trace".
 //! Hand-written (no allocation beyond the output string, no dependency).
 use crate::event::{Decoded, Event, Record};
 use std::fmt::Write;
@@ -51,7 +51,16 @@ pub fn write_line(out: &mut String, pid: u32, r: &Record) {
             let _ = write!(
                 out,
                 r#","stream":{},"func":{},"grid":[{},{},{}],"block":[{},{},{}],"shmem":{},"in_comm":{}"#,
-                d.stream, func, grid[0], grid[1], grid[2], block[0], block[1], block[2], shmem, in_comm
+                d.stream,
+                func,
+                grid[0],
+                grid[1],
+                grid[2],
+                block[0],
+                block[1],
+                block[2],
+                shmem,
+                in_comm
             );
         }
         Event::GraphLaunch { graph } => {

@@ -84,7 +84,13 @@ pub fn ensure_pool(d: &Drv) {
 
 /// Reserves an entry for an admitted launch and records its start event (gate lock held).
 /// Returns the slot, or `None` if the table is full.
-pub fn reserve(d: Option<&Drv>, stream: u64, key: u64, est_ns: u64, model_end: u64) -> Option<usize> {
+pub fn reserve(
+    d: Option<&Drv>,
+    stream: u64,
+    key: u64,
+    est_ns: u64,
+    model_end: u64,
+) -> Option<usize> {
     let i = TABLE
         .iter()
         .position(|e| e.state.load(Ordering::Acquire) == FREE)?;

@@ -104,8 +104,7 @@ pub fn commit(ptr: u64, bytes: u64) {
         let s = &TABLE[(h + i) % SLOTS];
         let k = s.ptr.load(Ordering::Acquire);
         if (k == EMPTY || k == TOMB)
-            && s
-                .ptr
+            && s.ptr
                 .compare_exchange(k, ptr, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
         {

@@ -222,10 +222,7 @@ fn decide(cfg: &Config, now: u64, stream: u64, key: u64, waited_ns: u64) -> Deci
         st.used_ns = 0;
     }
     let est = st.dur.estimate(key).unwrap_or(cfg.default_ns);
-    let fits_grant = now
-        .saturating_add(pend.ns)
-        .saturating_add(est)
-        <= g.open_until_ns;
+    let fits_grant = now.saturating_add(pend.ns).saturating_add(est) <= g.open_until_ns;
     let fits_ahead = pend.count == 0 || pend.ns.saturating_add(est) <= cfg.ahead_ns;
     let fits_budget = g.budget_ns == 0 || st.used_ns.saturating_add(est) <= g.budget_ns;
     if !(fits_grant && fits_ahead && fits_budget) {

@@ -37,7 +37,10 @@ fn side_bin() -> &'static Path {
     BIN.get_or_init(|| {
         let t = target_dir();
         for f in ["libfreeride.so", "libcuda.so", "libcudart.so"] {
-            assert!(t.join(f).exists(), "{f} not built (cargo build --release --workspace)");
+            assert!(
+                t.join(f).exists(),
+                "{f} not built (cargo build --release --workspace)"
+            );
         }
         let d = std::env::temp_dir().join(format!("freeride-gate-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
@@ -51,7 +54,11 @@ fn side_bin() -> &'static Path {
             .arg("-lcudart")
             .output()
             .expect("cc");
-        assert!(o.status.success(), "cc: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "cc: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         out
     })
 }
@@ -74,8 +81,11 @@ impl Bed {
         let session = root.join("session");
         std::fs::create_dir_all(&session).unwrap();
         std::fs::create_dir_all(root.join("sim")).unwrap();
-        std::fs::set_permissions(&session, std::os::unix::fs::PermissionsExt::from_mode(0o700))
-            .unwrap();
+        std::fs::set_permissions(
+            &session,
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .unwrap();
         let truth = root.join("truth.jsonl");
         Bed {
             root,
@@ -185,7 +195,10 @@ fn kill(mut child: Child) {
         if child.try_wait().unwrap().is_some() {
             return;
         }
-        assert!(now_ns() - t0 < 2_000 * MS, "side task did not exit on SIGTERM");
+        assert!(
+            now_ns() - t0 < 2_000 * MS,
+            "side task did not exit on SIGTERM"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -218,7 +231,11 @@ fn never_yielding_sidetask_runs_only_inside_grants() {
         ks.iter().all(|k| k.0 < closed_from || k.0 > closed_to),
         "a kernel ran while the grant was closed"
     );
-    assert!(ks.len() >= 20, "the side task ran only {} kernels", ks.len());
+    assert!(
+        ks.len() >= 20,
+        "the side task ran only {} kernels",
+        ks.len()
+    );
     let mut worst_end = i64::MIN;
     let mut per_grant = vec![0usize; grants.len()];
     for k in ks.iter().filter(|k| k.0 <= truth_to) {
@@ -235,7 +252,10 @@ fn never_yielding_sidetask_runs_only_inside_grants() {
         ks.len(),
         worst_end as f64 / 1e6
     );
-    assert!(worst_end <= bound, "a kernel ended {worst_end} ns after its grant");
+    assert!(
+        worst_end <= bound,
+        "a kernel ended {worst_end} ns after its grant"
+    );
     // Every grant after the first (durations learned) was used for real work: >= 8 ms of 20.
     for (i, n) in per_grant.iter().enumerate().skip(1) {
         assert!(*n >= 16, "grant {i} ran only {n} kernels of 500 µs");
@@ -269,8 +289,14 @@ fn grant_closed_early_drains_within_bound() {
     // Bound: the gate's queued-ahead cap (2 ms) + one kernel + host slack.
     let bound = 2 * MS + KERNEL_US * 1000 + SCHED_SLACK;
     for (open, close) in &closes {
-        let mine: Vec<_> = ks.iter().filter(|k| k.2 >= *open && k.2 < close + 50 * MS).collect();
-        assert!(!mine.is_empty(), "no kernel ran in the grant opened at {open}");
+        let mine: Vec<_> = ks
+            .iter()
+            .filter(|k| k.2 >= *open && k.2 < close + 50 * MS)
+            .collect();
+        assert!(
+            !mine.is_empty(),
+            "no kernel ran in the grant opened at {open}"
+        );
         let last_queue = mine.iter().map(|k| k.2).max().unwrap();
         let last_end = mine.iter().map(|k| k.1).max().unwrap();
         eprintln!(
@@ -279,8 +305,15 @@ fn grant_closed_early_drains_within_bound() {
             (last_queue as f64 - *close as f64) / 1e6,
             (last_end as f64 - *close as f64) / 1e6
         );
-        assert!(last_queue <= close + SCHED_SLACK, "a launch was queued after the close");
-        assert!(last_end <= close + bound, "work drained {} ns after the close", last_end - close);
+        assert!(
+            last_queue <= close + SCHED_SLACK,
+            "a launch was queued after the close"
+        );
+        assert!(
+            last_end <= close + bound,
+            "work drained {} ns after the close",
+            last_end - close
+        );
     }
 }
 
@@ -290,7 +323,11 @@ fn memory_budget_errors_the_sidetask_not_the_trainer() {
     let bed = Bed::new("mem");
     let env = [("FREERIDE_MEM_BUDGET_MB", "64")];
     let o = bed
-        .cmd("sidetask", &["mem", "48", "48", "free", "48", "16", "1"], &env)
+        .cmd(
+            "sidetask",
+            &["mem", "48", "48", "free", "48", "16", "1"],
+            &env,
+        )
         .output()
         .unwrap();
     assert!(o.status.success());
@@ -305,7 +342,12 @@ fn memory_budget_errors_the_sidetask_not_the_trainer() {
         .output()
         .unwrap();
     assert!(o.status.success());
-    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().collect::<Vec<_>>(), ["0", "0"]);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .collect::<Vec<_>>(),
+        ["0", "0"]
+    );
 }
 
 #[test]
@@ -316,7 +358,11 @@ fn no_agent_holds_the_sidetask_and_gate_off_runs_freely() {
     let pid = child.id();
     std::thread::sleep(Duration::from_millis(300));
     kill(child);
-    assert_eq!(bed.kernels(pid).len(), 0, "a side task without an agent ran kernels");
+    assert_eq!(
+        bed.kernels(pid).len(),
+        0,
+        "a side task without an agent ran kernels"
+    );
 
     // A stale grant (agent gone: heartbeat not refreshed) is closed too, even if "open".
     let w = GrantWriter::create(&bed.session, 0).unwrap();
@@ -326,10 +372,18 @@ fn no_agent_holds_the_sidetask_and_gate_off_runs_freely() {
     let pid = child.id();
     std::thread::sleep(Duration::from_millis(300));
     kill(child);
-    assert_eq!(bed.kernels(pid).len(), 0, "a side task ran under a stale grant");
+    assert_eq!(
+        bed.kernels(pid).len(),
+        0,
+        "a side task ran under a stale grant"
+    );
 
     let o = bed
-        .cmd("sidetask", &["loop", "100", "200"], &[("FREERIDE_GATE", "off")])
+        .cmd(
+            "sidetask",
+            &["loop", "100", "200"],
+            &[("FREERIDE_GATE", "off")],
+        )
         .output()
         .unwrap();
     assert!(o.status.success());
@@ -337,5 +391,9 @@ fn no_agent_holds_the_sidetask_and_gate_off_runs_freely() {
     let pid_off = bed.kernels(0).len(); // none run as pid 0
     assert_eq!(pid_off, 0);
     let text = std::fs::read_to_string(&bed.truth).unwrap();
-    assert_eq!(text.lines().count(), 200, "FREERIDE_GATE=off must run every kernel");
+    assert_eq!(
+        text.lines().count(),
+        200,
+        "FREERIDE_GATE=off must run every kernel"
+    );
 }

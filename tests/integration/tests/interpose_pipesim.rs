@@ -188,7 +188,10 @@ fn run(style: &str, schedule: &str) {
             "pid {pid}: only {within} of {} comm begin/end records within 1 ms",
             offs.len()
         );
-        assert!(median < 200_000, "pid {pid}: median comm begin/end offset {median} ns");
+        assert!(
+            median < 200_000,
+            "pid {pid}: median comm begin/end offset {median} ns"
+        );
     }
     let _ = std::fs::remove_dir_all(&work);
 }
