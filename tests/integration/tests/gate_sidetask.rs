@@ -22,14 +22,9 @@ const SCHED_SLACK: u64 = 2 * MS;
 /// One timing-sensitive test at a time (the machine is small).
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// target/<profile>/ (see freeride_tests::release_dir).
 fn target_dir() -> PathBuf {
-    std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    freeride_tests::release_dir()
 }
 
 fn side_bin() -> &'static Path {

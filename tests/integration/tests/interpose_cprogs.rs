@@ -8,15 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+/// target/<profile>/ (see freeride_tests::release_dir).
 fn target_dir() -> PathBuf {
-    // target/release/deps/<this test> -> target/release
-    std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    freeride_tests::release_dir()
 }
 
 fn preload() -> PathBuf {

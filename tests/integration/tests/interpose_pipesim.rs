@@ -7,14 +7,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
 
+/// target/<profile>/ (see freeride_tests::release_dir).
 fn target_dir() -> PathBuf {
-    std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    freeride_tests::release_dir()
 }
 
 fn lines(p: &std::path::Path) -> Vec<Value> {

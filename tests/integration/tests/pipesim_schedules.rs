@@ -19,23 +19,8 @@ use std::time::{Duration, Instant};
 /// One pipeline at a time: they measure time on a small machine.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn release_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    let mut dir = exe.parent().expect("exe dir").to_path_buf();
-    if dir.ends_with("deps") {
-        dir.pop();
-    }
-    dir
-}
-
 fn bin(name: &str) -> PathBuf {
-    let p = release_dir().join(name);
-    assert!(
-        p.exists(),
-        "{} missing: cargo build --release -p pipesim (and the stand-ins)",
-        p.display()
-    );
-    p
+    freeride_tests::built(name)
 }
 
 fn pipesim(args: &[&str]) -> Output {
@@ -575,7 +560,7 @@ int ncclSend(const void *b, size_t c, int dt, int peer, void *comm, void *s) {
 // Symbol tables.
 
 fn nm(args: &[&str], lib: &str) -> String {
-    let path = release_dir().join(lib);
+    let path = freeride_tests::release_dir().join(lib);
     assert!(path.exists(), "{} missing", path.display());
     let out = Command::new("nm")
         .args(args)
