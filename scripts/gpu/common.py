@@ -106,7 +106,8 @@ class Child:
         self.started = time.monotonic()
         self.p = subprocess.Popen(argv, stdout=self.logf, stderr=subprocess.STDOUT, env=env, cwd=cwd,
                                   stdin=subprocess.DEVNULL)
-        log("started %s (pid %d): %s" % (name, self.p.pid, " ".join(argv[:8]) + (" ..." if len(argv) > 8 else "")))
+        shown = " ".join(os.path.basename(x) if os.path.isabs(x) else x for x in argv)
+        log("started %s (pid %d): %s" % (name, self.p.pid, shown[:110] + ("..." if len(shown) > 110 else "")))
 
     def poll(self):
         return self.p.poll()

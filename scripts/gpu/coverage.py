@@ -341,6 +341,9 @@ def analyze(args):
     if cap:
         nodes = sum(1 for e in launches if cap[0] <= e["t_ns"] <= cap[1])
     res["graph_nodes_by_freeride_capture"] = nodes
+    gph = [p for p in raw.get("phases", []) if p["name"] == "graph"]
+    if gph and raw.get("graph_replays"):
+        res["graph_nodes_by_profiler"] = gph[0]["profiler"]["kernels"] / float(raw["graph_replays"])
 
     tot_prof = tot_fr = tot_seen = tot_extra = 0
     all_ok = True
