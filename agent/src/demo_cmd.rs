@@ -28,6 +28,10 @@ pub fn main(a: DemoArgs) -> i32 {
         eprintln!("freeride demo: --iterations must be at least 3 (the agent learns during two)");
         return 2;
     }
+    if let Err(e) = sim::ensure_testbed_built() {
+        eprintln!("freeride demo: {e}");
+        return 1;
+    }
     let iterations = a.iterations.to_string();
     let job = Job::parse_from([
         "demo",

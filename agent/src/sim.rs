@@ -227,6 +227,52 @@ pub fn sibling(name: &str) -> Result<PathBuf, String> {
     ))
 }
 
+/// What `freeride sim` and `freeride demo` run, next to this executable.
+const TESTBED_FILES: &[&str] = &[
+    "libfreeride.so",
+    "pipesim",
+    "pipesim-stage",
+    "libcuda.so",
+    "libcudart.so",
+    "libnccl.so",
+    "libcublas.so",
+    "examples/train_loop",
+];
+
+/// Builds the test bed if a file of it is missing next to this executable (as after
+/// `cargo run -p freeride-agent`, which builds only this package): runs `cargo build --workspace
+/// --all-targets` in the source tree this binary was built from, with this binary's profile.
+pub fn ensure_testbed_built() -> Result<(), String> {
+    if TESTBED_FILES.iter().all(|f| sibling(f).is_ok()) {
+        return Ok(());
+    }
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find my own executable: {e}"))?;
+    let release = exe.parent().is_some_and(|d| d.ends_with("release"));
+    if !manifest.exists() {
+        return Err(format!(
+            "the test bed is not built next to {} and its sources are not at {}",
+            exe.display(),
+            manifest.display()
+        ));
+    }
+    eprintln!("freeride: building the test bed first (stand-in CUDA/NCCL, pipesim, libfreeride.so, side tasks)...");
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.args(["build", "--workspace", "--all-targets", "--manifest-path"])
+        .arg(&manifest);
+    if release {
+        cmd.arg("--release");
+    }
+    let st = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !st.success() {
+        return Err(format!("building the test bed failed ({st})"));
+    }
+    match TESTBED_FILES.iter().find(|f| sibling(f).is_err()) {
+        Some(f) => Err(format!("{f} still missing after the build")),
+        None => Ok(()),
+    }
+}
+
 /// A folder under /dev/shm (mode 0700) removed on drop.
 pub struct ScratchDir(pub PathBuf);
 

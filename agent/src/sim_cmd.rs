@@ -46,6 +46,12 @@ pub fn main(a: SimArgs) -> i32 {
             1
         }
     };
+    if let Err(e) = a.job.to_config() {
+        return fail(e);
+    }
+    if let Err(e) = sim::ensure_testbed_built() {
+        return fail(e);
+    }
     let side = (a.sidetasks > 0).then(|| sim::SideTasks {
         per_gpu: a.sidetasks,
         kind: a.sidetask_kind.clone(),
