@@ -4,7 +4,7 @@ use clap::Args;
 use freeride_abi::{now_ns, session};
 use freeride_agent::grants::GrantPolicy;
 use freeride_agent::node::Node;
-use freeride_agent::status;
+use freeride_agent::{report, status};
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -26,6 +26,9 @@ pub struct AgentArgs {
     /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
     #[arg(long)]
     duration: Option<f64>,
+    /// Append every bubble found to PATH as JSON lines (for `freeride report`).
+    #[arg(long, value_name = "PATH")]
+    bubble_log: Option<PathBuf>,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -110,13 +113,34 @@ pub fn main(a: AgentArgs) -> i32 {
         std::process::id()
     );
     let deadline = a.duration.map(|s| now_ns() + (s.max(0.0) * 1e9) as u64);
+    let mut log = match &a.bubble_log {
+        Some(p) => match std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+        {
+            Ok(f) => Some(std::io::BufWriter::new(f)),
+            Err(e) => {
+                eprintln!("freeride agent: cannot open {}: {e}", p.display());
+                let _ = std::fs::remove_file(&pid_file);
+                return 2;
+            }
+        },
+        None => None,
+    };
     let mut node = Node::with_grants(&dir, GrantPolicy::default());
     let mut last_publish = 0u64;
     let mut bubbles = 0u64;
     while !STOP.load(Ordering::Acquire) && deadline.is_none_or(|d| now_ns() < d) {
         let now = now_ns();
         node.step(now);
-        bubbles += node.take_closed().len() as u64;
+        let closed = node.take_closed();
+        bubbles += closed.len() as u64;
+        if let Some(w) = &mut log {
+            for b in &closed {
+                let _ = writeln!(w, "{}", report::bubble_line(b));
+            }
+        }
         for w in node.take_warnings() {
             eprintln!("freeride agent: {w}");
         }
@@ -128,6 +152,9 @@ pub fn main(a: AgentArgs) -> i32 {
                 &status::to_json(now, std::process::id(), &gpus, &procs),
             ) {
                 eprintln!("freeride agent: cannot publish state: {e}");
+            }
+            if let Some(w) = &mut log {
+                let _ = w.flush();
             }
             if let Ok(mut m) = metrics.lock() {
                 *m = status::prometheus(&gpus, &procs);

@@ -3,6 +3,7 @@ pub mod collect;
 pub mod grants;
 pub mod inference;
 pub mod node;
+pub mod report;
 pub mod sim;
 pub mod status;
 pub mod timeline;

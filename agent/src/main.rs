@@ -3,6 +3,7 @@ use clap::{Parser, Subcommand};
 
 mod agent_cmd;
 mod demo_cmd;
+mod report_cmd;
 mod run_cmd;
 mod sim_cmd;
 mod status_cmd;
@@ -24,6 +25,8 @@ enum Command {
     Run(run_cmd::RunArgs),
     /// The per-node daemon: infers every GPU's bubbles from the rings, publishes state and metrics.
     Agent(agent_cmd::AgentArgs),
+    /// A Chrome/Perfetto trace of the agent's bubbles (and a test bed's kernels).
+    Report(report_cmd::ReportArgs),
     /// The live per-GPU view of the node's agent.
     Status(status_cmd::StatusArgs),
     /// The simulated 4-stage 1F1B pipeline under freeride: what the agent finds, with pictures.
@@ -40,6 +43,7 @@ fn main() {
         Command::Demo(a) => demo_cmd::main(a),
         Command::Agent(a) => agent_cmd::main(a),
         Command::Status(a) => status_cmd::main(a),
+        Command::Report(a) => report_cmd::main(a),
     };
     std::process::exit(code)
 }

@@ -164,3 +164,66 @@ fn a_second_agent_on_the_same_session_is_refused() {
     a.wait().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn report_writes_a_perfetto_trace_of_bubbles_and_kernels() {
+    let dir = session("report");
+    let log = dir.with_extension("bubbles.jsonl");
+    let truth = dir.with_extension("truth.jsonl");
+    let mut a = Command::new(built("freeride"))
+        .args(["agent", "--metrics-port", "0", "--dir"])
+        .arg(&dir)
+        .arg("--bubble-log")
+        .arg(&log)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let st = Command::new(built("freeride"))
+        .args(["run", "--"])
+        .arg(built("pipesim"))
+        .args([
+            "--stages",
+            "2",
+            "--microbatches",
+            "4",
+            "--iterations",
+            "3",
+            "--truth",
+        ])
+        .arg(&truth)
+        .env("FREERIDE_DIR", &dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: plain kill(2) of our child.
+    unsafe { libc::kill(a.id() as i32, libc::SIGTERM) };
+    assert!(a.wait().unwrap().success());
+    let out = dir.with_extension("trace.json");
+    let r = Command::new(built("freeride"))
+        .args(["report", "--trace"])
+        .arg(&out)
+        .arg("--bubbles")
+        .arg(&log)
+        .arg("--truth")
+        .arg(&truth)
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let ev = v["traceEvents"].as_array().unwrap();
+    let bubbles = ev.iter().filter(|e| e["name"] == "bubble").count();
+    let kernels = ev
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["name"] != "bubble")
+        .count();
+    assert!(bubbles >= 6, "{bubbles} bubbles in the trace");
+    assert!(kernels > 50, "{kernels} kernels in the trace");
+    for p in [&log, &truth, &out] {
+        let _ = std::fs::remove_file(p);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
