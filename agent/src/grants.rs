@@ -3,6 +3,7 @@
 //! closes at once when the bubble closes (its communication ended, or the trainer queued compute).
 use crate::inference::detector::OpenBubble;
 use crate::inference::Ns;
+use crate::sidetasks::{self, SideTaskInfo};
 use freeride_abi::grant_shm::{GrantFields, GrantWriter};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -53,6 +54,9 @@ impl GrantPolicy {
     }
 }
 
+/// How often the side tasks' status files are re-read.
+const SIDETASKS_RESCAN_NS: Ns = 100_000_000;
+
 /// How far an open-ended grant reaches (see [`GrantPolicy::open_ended`]).
 const OPEN_ENDED_NS: Ns = 3_600_000_000_000;
 
@@ -60,7 +64,10 @@ const OPEN_ENDED_NS: Ns = 3_600_000_000_000;
 pub struct Grants {
     dir: PathBuf,
     policy: GrantPolicy,
-    writers: BTreeMap<i32, (GrantWriter, Option<Ns>)>,
+    writers: BTreeMap<i32, (GrantWriter, Option<(Ns, u64)>)>,
+    /// The side tasks per GPU, re-read every [`SIDETASKS_RESCAN_NS`].
+    tasks: BTreeMap<i32, Vec<SideTaskInfo>>,
+    tasks_read_ns: Ns,
     /// Grants opened so far, per GPU.
     pub opened: BTreeMap<i32, u64>,
     pub warnings: Vec<String>,
@@ -72,6 +79,8 @@ impl Grants {
             dir: dir.to_path_buf(),
             policy,
             writers: BTreeMap::new(),
+            tasks: BTreeMap::new(),
+            tasks_read_ns: 0,
             opened: BTreeMap::new(),
             warnings: vec![],
         }
@@ -94,15 +103,27 @@ impl Grants {
                 }
             }
         }
+        if now.saturating_sub(self.tasks_read_ns) >= SIDETASKS_RESCAN_NS {
+            self.tasks = sidetasks::scan(&self.dir);
+            self.tasks_read_ns = now;
+        }
         let (w, current) = self.writers.get_mut(&device).expect("inserted above");
-        let want = self.policy.decide(now, open);
+        let want = self.policy.decide(now, open).map(|until| {
+            let tasks = self.tasks.get(&device).map(Vec::as_slice).unwrap_or(&[]);
+            (
+                until,
+                sidetasks::priority_floor(tasks, until.saturating_sub(now)),
+            )
+        });
         if want == *current {
             w.heartbeat();
             return;
         }
         match want {
-            Some(until) => {
-                *self.opened.entry(device).or_default() += 1;
+            Some((until, floor)) => {
+                if current.is_none() {
+                    *self.opened.entry(device).or_default() += 1;
+                }
                 let until = if self.policy.open_ended {
                     now + OPEN_ENDED_NS
                 } else {
@@ -113,6 +134,7 @@ impl Grants {
                     open_until_ns: until,
                     budget_ns: until - now,
                     mem_budget_bytes: 0,
+                    min_priority: floor,
                 })
             }
             None => w.publish(GrantFields::default()),

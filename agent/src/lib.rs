@@ -4,6 +4,7 @@ pub mod grants;
 pub mod inference;
 pub mod node;
 pub mod report;
+pub mod sidetasks;
 pub mod sim;
 pub mod status;
 pub mod timeline;

@@ -46,6 +46,7 @@ impl Args {
                 "session-dir" => config.session_dir = Some(val.clone().into()),
                 "probe-min-us" => config.probe_min_grant_ns = num()? * 1_000,
                 "mem-cap-mib" => config.mem_cap_bytes = Some(num()? << 20),
+                "priority" => config.priority = num()?,
                 "margin" => {
                     config.margin = val
                         .parse::<f64>()

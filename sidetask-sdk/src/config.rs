@@ -50,6 +50,9 @@ pub struct TaskConfig {
     pub no_agent_poll_ms: u64,
     /// A grant whose heartbeat is older than this is closed (0: ignore the heartbeat).
     pub heartbeat_stale_ms: u64,
+    /// Priority among the side tasks of a GPU (higher first): the agent gives each bubble to the
+    /// most important tasks whose next step fits; a task below a grant's `min_priority` waits.
+    pub priority: u64,
     /// `sidetask-<pid>.json` in the session directory: written at most this often (and at every
     /// life-cycle transition).
     pub status_interval_ms: u64,
@@ -74,6 +77,7 @@ impl Default for TaskConfig {
             poll_max_us: 200,
             no_agent_poll_ms: 10,
             heartbeat_stale_ms: 1_000,
+            priority: 0,
             status_interval_ms: 100,
             write_status: true,
             handle_sigterm: true,

@@ -145,6 +145,7 @@ impl Pacer {
             task: cfg.name.clone(),
             mode,
             device: cfg.device,
+            priority: cfg.priority,
             state: State::Submitted.name(),
             started_ns: now,
             ..Default::default()
@@ -241,7 +242,9 @@ impl Pacer {
                 let now = now_ns();
                 let stale = self.cfg.heartbeat_stale_ms > 0
                     && now.saturating_sub(g.heartbeat_ns) > self.cfg.heartbeat_stale_ms * 1_000_000;
-                if !g.open || stale || now >= g.open_until_ns {
+                // A grant given to more important tasks (see TaskConfig::priority) is closed to us.
+                if !g.open || stale || now >= g.open_until_ns || g.min_priority > self.cfg.priority
+                {
                     return Availability::Closed;
                 }
                 let key = (g.open_until_ns, g.budget_ns);

@@ -4,7 +4,7 @@
 //!
 //! ```json
 //! {"pid":123,"task":"pagerank","mode":"iterative","device":0,"state":"running","steps":40,
-//!  "gpu_busy_ns":81234000,"last_step_ns":2010000,"step_estimate_ns":2600000,"mem_held_bytes":0,
+//!  "gpu_busy_ns":81234000,"last_step_ns":2010000,"step_estimate_ns":2600000,"priority":0,"mem_held_bytes":0,
 //!  "overruns":0,"started_ns":...,"updated_ns":...}
 //! ```
 use freeride_abi::now_ns;
@@ -25,6 +25,7 @@ pub struct StatusRecord {
     pub gpu_busy_ns: u64,
     pub last_step_ns: u64,
     pub step_estimate_ns: u64,
+    pub priority: u64,
     pub mem_held_bytes: u64,
     pub overruns: u64,
     pub started_ns: u64,

@@ -142,3 +142,50 @@ fn stale_heartbeat_or_dead_block_reads_closed() {
     assert!(w.standalone);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A grant given to more important tasks (its `min_priority` above ours) is closed to us; the same
+/// grant for our priority runs steps.
+#[test]
+fn grants_for_more_important_tasks_are_closed_to_less_important_ones() {
+    use freeride_sidetask::grant_writer::GrantFields;
+    let dir = temp_dir("prio");
+    let writer = GrantWriter::create(&dir, 0).unwrap();
+    let mut cfg = config(&dir, NoAgent::Wait);
+    cfg.priority = 2;
+    cfg.probe_min_grant_ns = MS;
+    let mut task = SleepTask::new(Duration::from_millis(1), 3);
+    let done = task.done.clone();
+    let agent = std::thread::spawn(move || {
+        let publish = |min_priority: u64| {
+            let until = now_ns() + 20 * MS;
+            writer.publish(GrantFields {
+                open: true,
+                open_until_ns: until,
+                budget_ns: 20 * MS,
+                mem_budget_bytes: 0,
+                min_priority,
+            });
+        };
+        // 200 ms of grants for priority >= 5: a priority-2 task must not step.
+        for _ in 0..10 {
+            publish(5);
+            sleep_ns(20 * MS);
+        }
+        let steps_while_reserved = done.load(Ordering::SeqCst);
+        // Then grants for everyone of priority >= 2.
+        while done.load(Ordering::SeqCst) < 3 {
+            publish(2);
+            sleep_ns(20 * MS);
+        }
+        writer.close(0);
+        steps_while_reserved
+    });
+    let summary = Runtime::new(cfg).unwrap().run(&mut task).unwrap();
+    let steps_while_reserved = agent.join().unwrap();
+    assert_eq!(
+        steps_while_reserved, 0,
+        "a priority-2 task stepped in grants for priority >= 5"
+    );
+    assert_eq!(summary.steps, 3);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -16,6 +16,7 @@
 //! | 80 | 8 | `budget_ns`: GPU time the side tasks may queue in this grant |
 //! | 88 | 8 | `mem_budget_bytes`: device memory side tasks may hold |
 //! | 96 | 8 | `heartbeat_ns`: last time the agent touched the block (stale => closed) |
+//! | 104 | 8 | `min_priority`: SDK side tasks of a lower priority start no work in this grant (0: all) |
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub const GRANT_MAGIC: u64 = u64::from_le_bytes(*b"FRGRANT\x01");
@@ -37,7 +38,8 @@ pub struct GrantBlock {
     pub budget_ns: AtomicU64,
     pub mem_budget_bytes: AtomicU64,
     pub heartbeat_ns: AtomicU64,
-    _r1: [u64; 3],
+    pub min_priority: AtomicU64,
+    _r1: [u64; 2],
 }
 
 const _: () = assert!(std::mem::offset_of!(GrantBlock, epoch) == 64);
@@ -52,6 +54,8 @@ pub struct Grant {
     pub mem_budget_bytes: u64,
     pub heartbeat_ns: u64,
     pub epoch: u64,
+    /// Side tasks of a lower priority start no work in this grant (0: every task may).
+    pub min_priority: u64,
 }
 
 impl GrantBlock {
@@ -74,6 +78,7 @@ impl GrantBlock {
             mem_budget_bytes: self.mem_budget_bytes.load(Ordering::Relaxed),
             heartbeat_ns: self.heartbeat_ns.load(Ordering::Relaxed),
             epoch: e1,
+            min_priority: self.min_priority.load(Ordering::Relaxed),
         };
         std::sync::atomic::fence(Ordering::Acquire);
         (self.epoch.load(Ordering::Relaxed) == e1).then_some(g)

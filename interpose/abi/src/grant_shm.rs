@@ -93,6 +93,8 @@ pub struct GrantFields {
     pub open_until_ns: u64,
     pub budget_ns: u64,
     pub mem_budget_bytes: u64,
+    /// See [`crate::grant::Grant::min_priority`].
+    pub min_priority: u64,
 }
 
 impl GrantWriter {
@@ -131,6 +133,7 @@ impl GrantWriter {
         b.budget_ns.store(f.budget_ns, Ordering::Relaxed);
         b.mem_budget_bytes
             .store(f.mem_budget_bytes, Ordering::Relaxed);
+        b.min_priority.store(f.min_priority, Ordering::Relaxed);
         b.heartbeat_ns.store(now_ns(), Ordering::Relaxed);
         b.epoch.store((e | 1) + 1, Ordering::Release);
         b.wake_all();
@@ -144,6 +147,7 @@ impl GrantWriter {
             open_until_ns: until,
             budget_ns,
             mem_budget_bytes,
+            min_priority: 0,
         });
         until
     }
