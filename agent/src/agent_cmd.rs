@@ -26,6 +26,14 @@ pub struct AgentArgs {
     /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
     #[arg(long)]
     duration: Option<f64>,
+    /// Device memory of each GPU in MiB (e.g. 143771 for an H200): side tasks then get what the
+    /// trainer leaves, minus --mem-reserve-mib, as their memory budget. Without it, grants carry no
+    /// memory budget (side tasks keep their own caps).
+    #[arg(long, value_name = "MIB")]
+    gpu_mem_mib: Option<u64>,
+    /// Memory kept free for the trainer's growth on every GPU, in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 1024)]
+    mem_reserve_mib: u64,
     /// Append every bubble found to PATH as JSON lines (for `freeride report`).
     #[arg(long, value_name = "PATH")]
     bubble_log: Option<PathBuf>,
@@ -128,7 +136,14 @@ pub fn main(a: AgentArgs) -> i32 {
         },
         None => None,
     };
-    let mut node = Node::with_grants(&dir, GrantPolicy::default());
+    let mut node = Node::with_grants(
+        &dir,
+        GrantPolicy {
+            gpu_mem_bytes: a.gpu_mem_mib.map(|m| m << 20),
+            mem_reserve_bytes: a.mem_reserve_mib << 20,
+            ..GrantPolicy::default()
+        },
+    );
     let mut last_publish = 0u64;
     let mut bubbles = 0u64;
     while !STOP.load(Ordering::Acquire) && deadline.is_none_or(|d| now_ns() < d) {

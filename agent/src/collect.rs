@@ -36,13 +36,20 @@ pub struct ProcessView {
     pub events: u64,
     pub dropped: u64,
     pub invalid: u64,
+    /// Device memory the process holds (its successful allocations minus frees, as hooked).
+    pub mem_held_bytes: u64,
 }
+
+/// Allocations tracked per process; past this many live ones, the oldest are forgotten.
+const MAX_TRACKED_ALLOCATIONS: usize = 1 << 16;
 
 struct Proc {
     reader: RingReader,
     view: ProcessView,
     /// Signatures of the NCCL groups being built, by group id.
     groups: HashMap<u32, CommSig>,
+    /// Live allocations: device pointer -> bytes.
+    allocations: HashMap<u64, u64>,
 }
 
 /// The session directory's rings.
@@ -126,6 +133,7 @@ impl Collector {
                         events: 0,
                         dropped: info.dropped,
                         invalid: 0,
+                        mem_held_bytes: 0,
                     };
                     self.procs.insert(
                         path,
@@ -133,6 +141,7 @@ impl Collector {
                             reader,
                             view,
                             groups: HashMap::new(),
+                            allocations: HashMap::new(),
                         },
                     );
                 }
@@ -188,6 +197,28 @@ fn sig_of(api: Api, peer: i32, bytes: u64) -> CommSig {
 fn translate(p: &mut Proc, d: &Decoded, now: Ns, out: &mut Vec<TrainerObs>) {
     if d.device >= 0 && matches!(d.kind, Kind::Launch | Kind::CommOp) {
         p.view.device = d.device;
+    }
+    match d.event {
+        Event::MemAlloc {
+            bytes,
+            ptr,
+            result: 0,
+        } if ptr != 0 => {
+            if p.allocations.len() >= MAX_TRACKED_ALLOCATIONS {
+                p.allocations.clear();
+                p.view.mem_held_bytes = 0;
+            }
+            if let Some(old) = p.allocations.insert(ptr, bytes) {
+                p.view.mem_held_bytes = p.view.mem_held_bytes.saturating_sub(old);
+            }
+            p.view.mem_held_bytes += bytes;
+        }
+        Event::MemFree { ptr, result: 0 } => {
+            if let Some(b) = p.allocations.remove(&ptr) {
+                p.view.mem_held_bytes = p.view.mem_held_bytes.saturating_sub(b);
+            }
+        }
+        _ => {}
     }
     if p.view.role != Some(Role::Trainer) {
         return;

@@ -24,6 +24,11 @@ pub struct GrantPolicy {
     /// Publish grants without a deadline (the side tasks stop issuing work only when the grant
     /// closes): models the prior approach's pause/resume with no time check.
     pub open_ended: bool,
+    /// Device memory per GPU, when the operator states it (the agent opens no CUDA context on a
+    /// training GPU to ask): side tasks then get the rest after the trainer's allocations and
+    /// `mem_reserve_bytes`, as the grant's memory budget. `None`: no budget in the grant.
+    pub gpu_mem_bytes: Option<u64>,
+    pub mem_reserve_bytes: u64,
 }
 
 impl Default for GrantPolicy {
@@ -35,11 +40,25 @@ impl Default for GrantPolicy {
             min_grant_ns: 300_000,
             min_confidence: 0.5,
             open_ended: false,
+            gpu_mem_bytes: None,
+            mem_reserve_bytes: 1 << 30,
         }
     }
 }
 
 impl GrantPolicy {
+    /// The side tasks' memory budget on a GPU whose trainer holds `trainer_bytes` (0: none set).
+    pub fn mem_budget(&self, trainer_bytes: u64) -> u64 {
+        match self.gpu_mem_bytes {
+            // At least one byte: 0 would mean "no budget".
+            Some(total) => total
+                .saturating_sub(trainer_bytes)
+                .saturating_sub(self.mem_reserve_bytes)
+                .max(1),
+            None => 0,
+        }
+    }
+
     /// The grant for a GPU at `now`: `Some(until_ns)` to open it until then, `None` for closed.
     pub fn decide(&self, now: Ns, open: Option<OpenBubble>) -> Option<Ns> {
         let b = open?;
@@ -87,7 +106,8 @@ impl Grants {
     }
 
     /// Publishes GPU `device`'s grant for its bubble state now.
-    pub fn update(&mut self, now: Ns, device: i32, open: Option<OpenBubble>) {
+    /// `trainer_mem`: device memory the GPU's trainer holds.
+    pub fn update(&mut self, now: Ns, device: i32, open: Option<OpenBubble>, trainer_mem: u64) {
         if device < 0 {
             return;
         }
@@ -133,11 +153,14 @@ impl Grants {
                     open: true,
                     open_until_ns: until,
                     budget_ns: until - now,
-                    mem_budget_bytes: 0,
+                    mem_budget_bytes: self.policy.mem_budget(trainer_mem),
                     min_priority: floor,
                 })
             }
-            None => w.publish(GrantFields::default()),
+            None => w.publish(GrantFields {
+                mem_budget_bytes: self.policy.mem_budget(trainer_mem),
+                ..GrantFields::default()
+            }),
         }
         *current = want;
     }
@@ -184,6 +207,20 @@ mod tests {
             p.decide(100_000, bubble(0, Some(2_000_000), 1.0)),
             Some(1_700_000)
         );
+    }
+
+    #[test]
+    fn side_tasks_get_the_memory_the_trainer_leaves() {
+        let mut p = GrantPolicy::default();
+        assert_eq!(
+            p.mem_budget(10 << 30),
+            0,
+            "no budget without the GPU's size"
+        );
+        p.gpu_mem_bytes = Some(80 << 30);
+        assert_eq!(p.mem_budget(60 << 30), 19 << 30);
+        // A trainer that holds (nearly) everything leaves side tasks nothing usable.
+        assert_eq!(p.mem_budget(80 << 30), 1);
     }
 
     #[test]

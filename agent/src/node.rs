@@ -105,8 +105,13 @@ impl Node {
         let live: Vec<u32> = self.collector.processes().iter().map(|p| p.pid).collect();
         self.trainers.retain(|pid, _| live.contains(pid));
         if let Some(grants) = &mut self.grants {
-            for t in self.trainers.values() {
-                grants.update(now, t.device, t.detector.open_now());
+            let procs = self.collector.processes();
+            for (pid, t) in &self.trainers {
+                let mem = procs
+                    .iter()
+                    .find(|p| p.pid == *pid)
+                    .map_or(0, |p| p.mem_held_bytes);
+                grants.update(now, t.device, t.detector.open_now(), mem);
             }
         }
         self.obs.len()
