@@ -109,7 +109,15 @@ impl Collector {
             }
         }
         for path in finished {
+            // Drained and its writer gone: nothing more will come. The file (megabytes of shared
+            // memory) goes too, so dead processes leave nothing behind in /dev/shm.
             self.procs.remove(&path);
+            if let Err(e) = std::fs::remove_file(&path) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    self.warnings
+                        .push(format!("cannot remove {}: {e}", path.display()));
+                }
+            }
         }
     }
 

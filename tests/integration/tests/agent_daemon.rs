@@ -135,6 +135,25 @@ fn dead_rings_and_garbage_files_do_not_stop_the_agent() {
         "agent did not serve the live job beside dead and garbage rings"
     );
     assert!(j.wait().unwrap().success());
+    // The finished processes' rings are drained and removed (garbage files are left alone).
+    let t0 = Instant::now();
+    let live_rings = || {
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("ring-") && !n.starts_with("ring-400000"))
+            .count()
+    };
+    while live_rings() > 0 && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        live_rings(),
+        0,
+        "rings of finished processes left in {}",
+        dir.display()
+    );
     assert!(a.try_wait().unwrap().is_none(), "the agent died");
     // SAFETY: plain kill(2) of our child.
     unsafe { libc::kill(a.id() as i32, libc::SIGTERM) };
