@@ -79,6 +79,12 @@ fn serve_metrics(listener: TcpListener, text: Arc<Mutex<String>>) {
 }
 
 pub fn main(a: AgentArgs) -> i32 {
+    if let Some(d) = a.duration {
+        if !(d.is_finite() && d > 0.0) {
+            eprintln!("freeride agent: --duration must be a positive number of seconds, got {d}");
+            return 2;
+        }
+    }
     let dir = a.dir.clone().unwrap_or_else(session::resolve_dir);
     if let Err(e) = session::ensure_dir(&dir) {
         eprintln!("freeride agent: session directory {}: {e}", dir.display());

@@ -24,14 +24,32 @@ unsafe impl Send for GrantMap {}
 unsafe impl Sync for GrantMap {}
 
 impl GrantMap {
+    /// Maps the grant block at `path`. Refused: a symlink, anything but a regular file, a file
+    /// owned by another user or open to group/others (a planted block must not open a gate).
     pub fn open(path: &Path, writable: bool) -> io::Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt;
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(writable)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(path)?;
         let md = file.metadata()?;
         if !md.file_type().is_file() {
             return Err(io::Error::other("grant block is not a regular file"));
+        }
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        if md.uid() != me {
+            return Err(io::Error::other(format!(
+                "grant block owned by uid {}, not {me}",
+                md.uid()
+            )));
+        }
+        if md.mode() & 0o077 != 0 {
+            return Err(io::Error::other(format!(
+                "grant block has mode {:o}: group/others may not have access",
+                md.mode() & 0o777
+            )));
         }
         if md.len() < GRANT_FILE_SIZE as u64 {
             return Err(io::Error::other(format!(
@@ -103,7 +121,19 @@ impl GrantWriter {
     pub fn create(dir: &Path, device: u32) -> io::Result<Self> {
         let path = dir.join(crate::session::grant_file_name(device));
         let tmp = dir.join(format!(".grant-gpu{device}.tmp-{}", std::process::id()));
-        std::fs::write(&tmp, vec![0u8; GRANT_FILE_SIZE])?;
+        let _ = std::fs::remove_file(&tmp);
+        {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            // A new file (never through a planted symlink), readable by this user only.
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&tmp)?;
+            f.write_all(&[0u8; GRANT_FILE_SIZE])?;
+        }
         let map = GrantMap::open(&tmp, true)?;
         let b = map.block();
         b.version.store(GRANT_LAYOUT_VERSION, Ordering::Relaxed);

@@ -122,6 +122,13 @@ impl RingReader {
         if md.uid() != unsafe { libc::geteuid() } {
             return Err(OpenError::Invalid(format!("owned by uid {}", md.uid())));
         }
+        // The interposer creates rings 0600; group/other bits mean someone else made or loosened it.
+        if md.mode() & 0o077 != 0 {
+            return Err(OpenError::Invalid(format!(
+                "mode {:o}: accessible to group or others",
+                md.mode() & 0o777
+            )));
+        }
         let len = md.len();
         if len < HEADER_SIZE as u64
             || len > crate::ring::file_size(crate::ring::MAX_CAPACITY) as u64
@@ -283,6 +290,7 @@ mod tests {
     use super::*;
     use crate::event::{Api, Kind, Record};
     use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
 
     fn tmpdir(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("frabi-rd-{tag}-{}", std::process::id()));
@@ -299,6 +307,7 @@ mod tests {
             .write(true)
             .create(true)
             .truncate(true)
+            .mode(0o600)
             .open(&p)
             .unwrap();
         f.set_len(crate::ring::file_size(cap) as u64).unwrap();
@@ -374,7 +383,12 @@ mod tests {
         let d = tmpdir("hostile");
         // Too small, wrong magic, absurd capacity, lying sizes.
         let p = d.join("ring-1-1.ring");
-        std::fs::File::create(&p)
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&p)
             .unwrap()
             .write_all(&[0u8; 100])
             .unwrap();
