@@ -1498,6 +1498,30 @@ fn comm_post(api: Api, stream: P, op: u32, pair: Option<usize>, t: u64) {
     }
 }
 
+/// Records an NCCL op around its real call: the op before, its GPU-side timing events after.
+/// The guard covers only our own work: NCCL's kernel launches inside the real call must reach the
+/// driver wrapper and be recorded (flagged as NCCL's own by the scope).
+#[inline(always)]
+fn nccl_op(
+    api: Api,
+    stream: P,
+    peer: c_int,
+    bytes: u64,
+    dtype: c_int,
+    comm_h: P,
+    call: impl FnOnce() -> c_int,
+) -> c_int {
+    let pre = rt::enter().map(|_g| comm_pre(api, stream, peer, bytes, dtype, comm_h));
+    let nccl = rt::nccl_scope();
+    let r = call();
+    drop(nccl);
+    if let Some((op, pair, t)) = pre {
+        let _g = rt::enter();
+        comm_post(api, stream, op, pair, t);
+    }
+    r
+}
+
 fn bytes_of(count: usize, dtype: c_int) -> u64 {
     (count as u64).saturating_mul(freeride_abi::event::nccl_type_size(dtype))
 }
@@ -1515,18 +1539,16 @@ pub unsafe extern "C" fn ncclSend(
     let Some(real) = real_fn::<NcclP2p>(api) else {
         return NCCL_SYSTEM_ERROR;
     };
-    // The guard covers only our own work: NCCL's kernel launches inside the real call must reach
-    // the driver wrapper and be recorded.
-    let pre =
-        rt::enter().map(|_g| comm_pre(api, stream, peer, bytes_of(count, dtype), dtype, comm_h));
-    let _nccl = rt::nccl_scope();
-    // SAFETY: pass-through.
-    let r = unsafe { real(buf, count, dtype, peer, comm_h, stream) };
-    if let Some((op, pair, t)) = pre {
-        let _g = rt::enter();
-        comm_post(api, stream, op, pair, t);
-    }
-    r
+    // SAFETY: pass-through (the real function resolved for this api, with the caller's arguments).
+    nccl_op(
+        api,
+        stream,
+        peer,
+        bytes_of(count, dtype),
+        dtype,
+        comm_h,
+        || unsafe { real(buf, count, dtype, peer, comm_h, stream) },
+    )
 }
 
 #[no_mangle]
@@ -1542,18 +1564,16 @@ pub unsafe extern "C" fn ncclRecv(
     let Some(real) = real_fn::<NcclP2pRecv>(api) else {
         return NCCL_SYSTEM_ERROR;
     };
-    // The guard covers only our own work: NCCL's kernel launches inside the real call must reach
-    // the driver wrapper and be recorded.
-    let pre =
-        rt::enter().map(|_g| comm_pre(api, stream, peer, bytes_of(count, dtype), dtype, comm_h));
-    let _nccl = rt::nccl_scope();
-    // SAFETY: pass-through.
-    let r = unsafe { real(buf, count, dtype, peer, comm_h, stream) };
-    if let Some((op, pair, t)) = pre {
-        let _g = rt::enter();
-        comm_post(api, stream, op, pair, t);
-    }
-    r
+    // SAFETY: pass-through (the real function resolved for this api, with the caller's arguments).
+    nccl_op(
+        api,
+        stream,
+        peer,
+        bytes_of(count, dtype),
+        dtype,
+        comm_h,
+        || unsafe { real(buf, count, dtype, peer, comm_h, stream) },
+    )
 }
 
 #[no_mangle]
@@ -1674,18 +1694,16 @@ unsafe fn nccl_reduce(
     let Some(real) = real_fn::<NcclReduce>(api) else {
         return NCCL_SYSTEM_ERROR;
     };
-    // The guard covers only our own work: NCCL's kernel launches inside the real call must reach
-    // the driver wrapper and be recorded.
-    let pre =
-        rt::enter().map(|_g| comm_pre(api, stream, peer, bytes_of(count, dtype), dtype, comm_h));
-    let _nccl = rt::nccl_scope();
-    // SAFETY: pass-through.
-    let r = unsafe { real(s, d, count, dtype, x, comm_h, stream) };
-    if let Some((op, pair, t)) = pre {
-        let _g = rt::enter();
-        comm_post(api, stream, op, pair, t);
-    }
-    r
+    // SAFETY: pass-through (the real function resolved for this api, with the caller's arguments).
+    nccl_op(
+        api,
+        stream,
+        peer,
+        bytes_of(count, dtype),
+        dtype,
+        comm_h,
+        || unsafe { real(s, d, count, dtype, x, comm_h, stream) },
+    )
 }
 
 #[no_mangle]
@@ -1779,18 +1797,16 @@ pub unsafe extern "C" fn ncclAllGather(
     let Some(real) = real_fn::<NcclGather>(api) else {
         return NCCL_SYSTEM_ERROR;
     };
-    // The guard covers only our own work: NCCL's kernel launches inside the real call must reach
-    // the driver wrapper and be recorded.
-    let pre =
-        rt::enter().map(|_g| comm_pre(api, stream, -1, bytes_of(sendcount, dtype), dtype, comm_h));
-    let _nccl = rt::nccl_scope();
-    // SAFETY: pass-through.
-    let r = unsafe { real(s, d, sendcount, dtype, comm_h, stream) };
-    if let Some((op, pair, t)) = pre {
-        let _g = rt::enter();
-        comm_post(api, stream, op, pair, t);
-    }
-    r
+    // SAFETY: pass-through (the real function resolved for this api, with the caller's arguments).
+    nccl_op(
+        api,
+        stream,
+        -1,
+        bytes_of(sendcount, dtype),
+        dtype,
+        comm_h,
+        || unsafe { real(s, d, sendcount, dtype, comm_h, stream) },
+    )
 }
 
 #[cfg(test)]
