@@ -6,7 +6,7 @@
 //! hops get slower and the short hop gaps the agent learns of late weigh more, so here precision must
 //! be >= 0.95 and recall >= 0.85 (interleaved 1F1B with p = 2 measures 0.85-0.95 across runs): a
 //! detector that opened bubbles at the wrong ops, missed the receive waits or kept them open falls far
-//! below either (a detector that ignores receives: recall < 0.3).
+//! below either.
 use freeride_tests::built;
 use serde_json::Value;
 use std::process::Command;
