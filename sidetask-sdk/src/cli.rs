@@ -1,5 +1,6 @@
 //! Tiny argument parsing shared by the examples: `--device N`, `--name S`, `--session-dir P`,
-//! `--standalone`, `--probe-min-us N`, `--mem-cap-mib N`, plus task-specific `--key value` pairs.
+//! `--standalone`, `--probe-min-us N`, `--mem-cap-mib N`, `--overlap 0|1` (`overlap_steps`), plus
+//! task-specific `--key value` pairs.
 use crate::config::{NoAgent, TaskConfig};
 use std::collections::HashMap;
 
@@ -47,6 +48,7 @@ impl Args {
                 "probe-min-us" => config.probe_min_grant_ns = num()? * 1_000,
                 "mem-cap-mib" => config.mem_cap_bytes = Some(num()? << 20),
                 "priority" => config.priority = num()?,
+                "overlap" => config.overlap_steps = num()? != 0,
                 "margin" => {
                     config.margin = val
                         .parse::<f64>()

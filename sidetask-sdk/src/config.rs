@@ -59,6 +59,9 @@ pub struct TaskConfig {
     pub write_status: bool,
     /// SIGTERM requests a clean stop (the task ends `stopped` after its current step).
     pub handle_sigterm: bool,
+    /// Iterative runtime: start the next step while the previous one still runs on the GPU
+    /// ("one step ahead") when both still fit in the grant, so the GPU is not idle between steps.
+    pub overlap_steps: bool,
 }
 
 impl Default for TaskConfig {
@@ -81,6 +84,7 @@ impl Default for TaskConfig {
             status_interval_ms: 100,
             write_status: true,
             handle_sigterm: true,
+            overlap_steps: true,
         }
     }
 }

@@ -12,7 +12,7 @@ use crate::error::{Result, SdkError};
 use cudarc::driver::result as cu;
 use cudarc::driver::sys;
 use freeride_abi::now_ns;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,6 +45,21 @@ pub struct Gpu {
     kernels: HashMap<String, Kernel>,
     first_launch_ns: Cell<Option<u64>>,
     launches: Cell<u64>,
+    /// The start event recorded before the first launch since the last [`Gpu::end_step_mark`].
+    step_start: Cell<Option<sys::CUevent>>,
+    /// Timing events ready for reuse (all created by this Gpu).
+    free_events: RefCell<Vec<sys::CUevent>>,
+}
+
+/// One step's GPU work on the task's stream, bracketed by two events (from [`Gpu::end_step_mark`]).
+/// Give it back with [`Gpu::finish_step_mark`] (or drop the `Gpu`).
+#[derive(Debug)]
+pub struct StepMark {
+    start: sys::CUevent,
+    end: sys::CUevent,
+    /// Host time of the step's first launch.
+    pub first_launch_ns: u64,
+    gpu_id: u64,
 }
 
 // SAFETY: CUDA driver handles (context, stream, module, function) are process-wide and may be
@@ -82,6 +97,8 @@ impl Gpu {
             kernels: HashMap::new(),
             first_launch_ns: Cell::new(None),
             launches: Cell::new(0),
+            step_start: Cell::new(None),
+            free_events: RefCell::new(vec![]),
         })
     }
 
@@ -155,6 +172,17 @@ impl Gpu {
         }
         self.make_current()?;
         if self.first_launch_ns.get().is_none() {
+            // The step's GPU work starts here: mark it on the stream (CUDA events time it on the
+            // GPU, so a step queued behind another one is measured alone).
+            let ev = self.event()?;
+            // SAFETY: `ev` is an event of this Gpu's (current) context and `stream` is ours.
+            if let Err(e) = unsafe { cu::event::record(ev, self.stream) } {
+                self.free_events.borrow_mut().push(ev);
+                return Err(e.into());
+            }
+            if let Some(old) = self.step_start.replace(Some(ev)) {
+                self.free_events.borrow_mut().push(old);
+            }
             self.first_launch_ns.set(Some(now_ns()));
         }
         let mut ns = duration_ns;
@@ -191,7 +219,57 @@ impl Gpu {
 
     /// The time of the first launch since the last call (the start of a step's GPU work).
     pub fn take_first_launch_ns(&self) -> Option<u64> {
+        if let Some(ev) = self.step_start.take() {
+            self.free_events.borrow_mut().push(ev);
+        }
         self.first_launch_ns.take()
+    }
+
+    /// A timing event (reused, or created in the current context).
+    fn event(&self) -> Result<sys::CUevent> {
+        if let Some(ev) = self.free_events.borrow_mut().pop() {
+            return Ok(ev);
+        }
+        Ok(cu::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)?)
+    }
+
+    /// Ends the GPU work of the current step: records an end event after the step's launches.
+    /// None if nothing was launched through [`Gpu::launch`] since the last mark.
+    pub fn end_step_mark(&self) -> Result<Option<StepMark>> {
+        let Some(start) = self.step_start.take() else {
+            self.first_launch_ns.set(None);
+            return Ok(None);
+        };
+        let first_launch_ns = self.first_launch_ns.take().unwrap_or_else(now_ns);
+        self.make_current()?;
+        let end = self.event()?;
+        // SAFETY: `end` is an event of this Gpu's context and `stream` is ours.
+        if let Err(e) = unsafe { cu::event::record(end, self.stream) } {
+            self.free_events.borrow_mut().extend([start, end]);
+            return Err(e.into());
+        }
+        Ok(Some(StepMark {
+            start,
+            end,
+            first_launch_ns,
+            gpu_id: self.id,
+        }))
+    }
+
+    /// Waits for the step's GPU work and returns its GPU time (start to end event) in ns; the
+    /// events go back to the pool.
+    pub fn finish_step_mark(&self, mark: StepMark) -> Result<u64> {
+        if mark.gpu_id != self.id {
+            return Err(SdkError::Driver("step mark belongs to another Gpu".into()));
+        }
+        self.make_current()?;
+        // SAFETY: both events are live events of this Gpu, recorded on its stream in this order.
+        let r = unsafe {
+            cu::event::synchronize(mark.end).and_then(|()| cu::event::elapsed(mark.start, mark.end))
+        };
+        self.free_events.borrow_mut().extend([mark.start, mark.end]);
+        let ms = r?;
+        Ok((ms.max(0.0) as f64 * 1e6).round() as u64)
     }
 
     pub fn launches(&self) -> u64 {
@@ -229,6 +307,10 @@ impl Drop for Gpu {
         unsafe {
             let _ = cu::stream::synchronize(self.stream);
             let _ = cu::stream::destroy(self.stream);
+            let pending = self.step_start.take();
+            for ev in self.free_events.get_mut().drain(..).chain(pending) {
+                let _ = cu::event::destroy(ev);
+            }
             for m in self.modules.drain(..) {
                 let _ = cu::module::unload(m);
             }

@@ -92,9 +92,11 @@ impl Summary {
     }
 }
 
-struct StepStart {
-    start_ns: u64,
-    window: Window,
+/// A begun step (see [`Pacer::step_take`]).
+#[derive(Clone, Copy, Debug)]
+pub struct StepStart {
+    pub start_ns: u64,
+    pub window: Window,
 }
 
 pub struct Pacer {
@@ -217,7 +219,8 @@ impl Pacer {
             return (override_ns, override_ns);
         }
         match (self.span.estimate_ns(), self.gpu.estimate_ns()) {
-            (Some(s), Some(g)) => (s, g),
+            // A step's span is never shorter than its GPU time.
+            (Some(s), Some(g)) => (s.max(g), g),
             _ => (self.cfg.probe_min_grant_ns, self.cfg.probe_min_grant_ns),
         }
     }
@@ -267,6 +270,26 @@ impl Pacer {
         let (t, b) = self.needed_ns(override_ns);
         match self.availability() {
             Availability::Open(w) if w.time_left_ns >= t && w.budget_left_ns >= b => Some(w),
+            _ => None,
+        }
+    }
+
+    /// The window if a next step fits behind a step still running on the GPU ("one step ahead"):
+    /// the estimates are learned and the grant has `in_flight_ns` (what the running step may
+    /// still take) plus a step's time left, and `in_flight_gpu_ns` (its GPU time, not yet
+    /// charged) plus a step's GPU time of budget left.
+    pub fn check_ahead(&mut self, in_flight_ns: u64, in_flight_gpu_ns: u64) -> Option<Window> {
+        if !(self.span.is_learned() && self.gpu.is_learned()) {
+            return None;
+        }
+        let (t, b) = self.needed_ns(0);
+        match self.availability() {
+            Availability::Open(w)
+                if w.time_left_ns >= in_flight_ns.saturating_add(t)
+                    && w.budget_left_ns >= in_flight_gpu_ns.saturating_add(b) =>
+            {
+                Some(w)
+            }
             _ => None,
         }
     }
@@ -328,12 +351,31 @@ impl Pacer {
         self.step.is_some()
     }
 
+    /// Takes the step begun by `step_begin` out of the pacer (its GPU work still running), to be
+    /// accounted later by [`Pacer::step_record`].
+    pub fn step_take(&mut self) -> Option<StepStart> {
+        self.step.take()
+    }
+
     /// Ends the step begun by `step_begin`. `gpu_ns`: the GPU-side time if known (first launch to
     /// synchronize return), else the whole span counts.
     pub fn step_end(&mut self, gpu_ns: Option<u64>) -> Option<StepTiming> {
         let s = self.step.take()?;
         let end = now_ns();
         let span_ns = end.saturating_sub(s.start_ns);
+        Some(self.step_record(s, end, span_ns, gpu_ns))
+    }
+
+    /// Accounts a step taken by `step_take`: it ended (its GPU work) at `end_ns` and took
+    /// `span_ns` (what it would have taken alone) and `gpu_ns` (None: the span).
+    pub fn step_record(
+        &mut self,
+        s: StepStart,
+        end_ns: u64,
+        span_ns: u64,
+        gpu_ns: Option<u64>,
+    ) -> StepTiming {
+        let end = end_ns;
         let gpu_ns = gpu_ns.unwrap_or(span_ns).min(span_ns);
         let overran = !s.window.standalone && end > s.window.deadline_ns;
         self.span.record(span_ns);
@@ -344,11 +386,11 @@ impl Pacer {
         self.rec.last_step_ns = span_ns;
         self.rec.overruns += overran as u64;
         self.write_status(false);
-        Some(StepTiming {
+        StepTiming {
             span_ns,
             gpu_ns,
             overran,
-        })
+        }
     }
 
     pub fn steps(&self) -> u64 {

@@ -8,12 +8,21 @@
 //! Per step: wait until the step fits (see [`crate::pacer`]), move to `running` if paused, call
 //! `step`, synchronize the task's stream, record the step's span and GPU time. When the next step
 //! does not fit the task moves to `paused` (its GPU memory is kept) and polls the grant.
+//!
+//! With `overlap_steps` (default) the runtime runs one step ahead: when the time left in the grant
+//! covers what the step still running on the GPU may take plus a whole next step (and the budget
+//! both steps' GPU time), the next `step` is called before the previous one is synchronized, so
+//! the GPU is fed across the step boundary; the previous step is then waited for, and the last
+//! step that fits is synchronized as usual. A step's GPU time is measured with CUDA events around
+//! its launches, so a step queued behind another is measured alone. Device work of the previous
+//! step is ordered before the next one's (one stream); host code that reads its results must
+//! synchronize itself (`ctx.gpu()?.synchronize()`).
 use crate::config::TaskConfig;
 use crate::error::{Result, SdkError};
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, StepMark};
 use crate::lifecycle::State;
 use crate::memory::DeviceMemory;
-use crate::pacer::{Pacer, Summary, WaitOutcome, Window};
+use crate::pacer::{Pacer, StepStart, Summary, WaitOutcome, Window};
 use crate::stop::StopFlag;
 use freeride_abi::now_ns;
 
@@ -124,16 +133,36 @@ impl Ctx {
         self.stop.is_requested()
     }
 
-    /// Waits for the step's GPU work; returns the GPU time since its first launch (if any).
-    fn finish_step_gpu(&mut self) -> Result<Option<u64>> {
-        let Some(gpu) = &self.gpu else {
-            return Ok(None);
-        };
-        gpu.synchronize()?;
-        Ok(gpu
-            .take_first_launch_ns()
-            .map(|t| now_ns().saturating_sub(t)))
+    /// Marks the end of the step's GPU work on the stream (None: no launch through the SDK).
+    fn end_step_mark(&mut self) -> Result<Option<StepMark>> {
+        match &self.gpu {
+            Some(gpu) => gpu.end_step_mark(),
+            None => Ok(None),
+        }
     }
+
+    /// Waits for the task's stream (a step without a mark).
+    fn synchronize(&self) -> Result<()> {
+        match &self.gpu {
+            Some(gpu) => gpu.synchronize(),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A step whose `step` returned, with its GPU work possibly still running.
+struct Launched {
+    start: StepStart,
+    mark: Option<StepMark>,
+    /// When `step` returned (every launch of the step queued).
+    returned_ns: u64,
+    /// Its GPU work starts no later than this: `returned_ns`, or when the step it was queued
+    /// behind was seen done.
+    anchor_ns: u64,
+    /// Started while the previous step still ran.
+    queued_behind: bool,
+    /// The next step was started while this one still ran.
+    followed: bool,
 }
 
 impl Drop for Ctx {
@@ -163,6 +192,33 @@ impl Runtime {
 
     pub fn pacer(&self) -> &Pacer {
         &self.pacer
+    }
+
+    /// Waits for a launched step's GPU work and accounts it. A step that overlapped another counts
+    /// the span it would have taken alone (host part, or first launch + its GPU time).
+    fn finish(&mut self, ctx: &mut Ctx, p: Launched) -> Result<()> {
+        let first_launch_ns = p.mark.as_ref().map_or(p.returned_ns, |m| m.first_launch_ns);
+        let (gpu_ns, res) = match (p.mark, &ctx.gpu) {
+            (Some(mark), Some(gpu)) => match gpu.finish_step_mark(mark) {
+                Ok(ns) => (Some(ns), Ok(())),
+                Err(e) => (None, Err(e)),
+            },
+            _ => (None, ctx.synchronize()),
+        };
+        let end = now_ns();
+        let host_ns = p.returned_ns.saturating_sub(p.start.start_ns);
+        let (span_ns, end_ns) = match gpu_ns {
+            Some(g) if p.queued_behind || p.followed => {
+                let launch_ns = first_launch_ns.saturating_sub(p.start.start_ns);
+                (
+                    host_ns.max(launch_ns.saturating_add(g)),
+                    end.min(p.anchor_ns.saturating_add(g)),
+                )
+            }
+            _ => (end.saturating_sub(p.start.start_ns), end),
+        };
+        self.pacer.step_record(p.start, end_ns, span_ns, gpu_ns);
+        res
     }
 
     fn go<T: SideTask + ?Sized>(&mut self, task: &mut T, ctx: &mut Ctx, to: State) -> Result<()> {
@@ -198,7 +254,27 @@ impl Runtime {
         }
         self.go(task, &mut ctx, State::Created)?;
         self.go(task, &mut ctx, State::Paused)?;
+        let overlap = self.pacer.config().overlap_steps;
+        // The previous step, its GPU work not yet waited for (only with `overlap_steps`).
+        let mut pending: Option<Launched> = None;
         loop {
+            let ending = self.pacer.stop_requested() || task.is_finished();
+            let ahead = match &pending {
+                Some(p) if !ending => {
+                    let now = now_ns();
+                    let gpu_est = self.pacer.gpu_estimate_ns();
+                    let left = gpu_est.saturating_sub(now.saturating_sub(p.anchor_ns));
+                    self.pacer.check_ahead(left, gpu_est)
+                }
+                _ => None,
+            };
+            if ahead.is_none() {
+                if let Some(p) = pending.take() {
+                    if let Err(e) = self.finish(&mut ctx, p) {
+                        return Err(self.fail(task, &mut ctx, "synchronize", e.into()));
+                    }
+                }
+            }
             if self.pacer.stop_requested() {
                 self.go(task, &mut ctx, State::Stopped)?;
                 break;
@@ -207,7 +283,7 @@ impl Runtime {
                 self.go(task, &mut ctx, State::Finished)?;
                 break;
             }
-            let window = match self.pacer.check(0) {
+            let window = match ahead.or_else(|| self.pacer.check(0)) {
                 Some(w) => w,
                 None => {
                     if self.pacer.state() == State::Running {
@@ -225,18 +301,57 @@ impl Runtime {
             ctx.window = Some(window);
             self.pacer.step_begin(window);
             let outcome = task.step(&mut ctx);
-            let gpu = ctx.finish_step_gpu();
-            self.pacer.step_end(gpu.as_ref().ok().copied().flatten());
+            let returned_ns = now_ns();
+            let start = self.pacer.step_take().expect("begun above");
+            let mark = ctx.end_step_mark();
             ctx.window = None;
             ctx.steps += 1;
-            match (outcome, gpu) {
+            let queued_behind = pending.is_some();
+            // The previous step (one step ahead at most): wait for it now.
+            let mut prev_err = None;
+            if let Some(mut p) = pending.take() {
+                p.followed = true;
+                if let Err(e) = self.finish(&mut ctx, p) {
+                    prev_err = Some(e);
+                }
+            }
+            let mark = match mark {
+                Ok(m) => m,
+                Err(e) => {
+                    // The step's work cannot be timed: wait for it and count its span.
+                    let _ = ctx.synchronize();
+                    let end = now_ns();
+                    self.pacer
+                        .step_record(start, end, end.saturating_sub(start.start_ns), None);
+                    return Err(self.fail(task, &mut ctx, "synchronize", e.into()));
+                }
+            };
+            let cur = Launched {
+                start,
+                anchor_ns: now_ns().max(returned_ns),
+                mark,
+                returned_ns,
+                queued_behind,
+                followed: false,
+            };
+            let keep = overlap
+                && cur.mark.is_some()
+                && prev_err.is_none()
+                && matches!(outcome, Ok(StepOutcome::Continue));
+            let synced = if keep {
+                pending = Some(cur);
+                Ok(())
+            } else {
+                self.finish(&mut ctx, cur)
+            };
+            match (outcome, prev_err.map_or(synced, Err)) {
                 (Err(e), _) => return Err(self.fail(task, &mut ctx, "step", e)),
                 (Ok(_), Err(e)) => return Err(self.fail(task, &mut ctx, "synchronize", e.into())),
-                (Ok(StepOutcome::Finished), Ok(_)) => {
+                (Ok(StepOutcome::Finished), Ok(())) => {
                     self.go(task, &mut ctx, State::Finished)?;
                     break;
                 }
-                (Ok(StepOutcome::Continue), Ok(_)) => {}
+                (Ok(StepOutcome::Continue), Ok(())) => {}
             }
         }
         // Frees the task's device memory, so the final status shows what is still held (nothing).

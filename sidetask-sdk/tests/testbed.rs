@@ -345,3 +345,111 @@ fn python_torch_style_example() {
         assert_eq!(count(&k, "sgd_update"), 20);
     }
 }
+
+/// A step as its (first, last) kernel records; a grant as (opened, open_until).
+type Steps = Vec<(Value, Value)>;
+type Grants = Vec<(u64, u64)>;
+
+/// train_loop under 60 ms grants: its steps and the grants.
+fn train_loop_in_long_grants(bed: &Bed, overlap: &str) -> (Steps, Grants) {
+    let writer = GrantWriter::create(&bed.session, 0).unwrap();
+    let mut child = bed
+        .command(example("train_loop"))
+        .args(["--device", "0", "--steps", "60", "--batch", "256"])
+        .args(["--overlap", overlap])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut windows = vec![];
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "train_loop did not finish"
+        );
+        let at = now_ns();
+        let until = writer.open_for(60_000_000, 60_000_000, 0);
+        windows.push((at, until));
+        std::thread::sleep(Duration::from_millis(60));
+        writer.close(0);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let s = summary(&child.wait_with_output().unwrap());
+    assert_eq!(s["state"], "finished");
+    assert_eq!(s["steps"], 60);
+    let k = bed.kernels(pid);
+    let firsts: Vec<&Value> = k.iter().filter(|r| r["kernel"] == "fwd_gemm1").collect();
+    let lasts: Vec<&Value> = k.iter().filter(|r| r["kernel"] == "sgd_update").collect();
+    assert_eq!((firsts.len(), lasts.len()), (60, 60));
+    let steps = firsts
+        .into_iter()
+        .zip(lasts)
+        .map(|(a, b)| (a.clone(), b.clone()))
+        .collect();
+    (steps, windows)
+}
+
+/// GPU-side gaps (ns) between consecutive steps that ran in the same grant.
+fn step_gaps(steps: &[(Value, Value)], windows: &[(u64, u64)]) -> Vec<u64> {
+    let grant_of = |r: &Value| {
+        let q = r["queued_ns"].as_u64().unwrap();
+        windows.iter().position(|(a, u)| *a <= q && q <= *u)
+    };
+    let mut gaps: Vec<u64> = steps
+        .windows(2)
+        .filter(|w| grant_of(&w[0].0).is_some() && grant_of(&w[0].0) == grant_of(&w[1].0))
+        .map(|w| {
+            let end = w[0].1["end_ns"].as_u64().unwrap();
+            w[1].0["start_ns"].as_u64().unwrap().saturating_sub(end)
+        })
+        .collect();
+    gaps.sort_unstable();
+    gaps
+}
+
+/// With a long grant the runtime runs one step ahead: consecutive steps abut on the GPU, yet no
+/// step starts later than the grant's end minus a step, and none runs past the grant.
+#[test]
+fn overlapped_steps_abut_and_stay_inside_grants() {
+    let Some(bed) = Bed::new("overlap") else {
+        return;
+    };
+    let (steps, windows) = train_loop_in_long_grants(&bed, "1");
+    let gaps = step_gaps(&steps, &windows);
+    assert!(gaps.len() >= 20, "too few steps shared a grant: {gaps:?}");
+    let median = gaps[gaps.len() / 2];
+    // The shortest step bounds every estimate from below (margin >= 1).
+    let min_gpu = steps
+        .iter()
+        .map(|(a, b)| b["end_ns"].as_u64().unwrap() - a["start_ns"].as_u64().unwrap())
+        .min()
+        .unwrap();
+    for (a, b) in &steps {
+        let q = a["queued_ns"].as_u64().unwrap();
+        let (_, until) = windows
+            .iter()
+            .find(|(at, u)| *at <= q && q <= *u)
+            .unwrap_or_else(|| panic!("step {a} queued while the grant was closed"));
+        assert!(
+            q + min_gpu <= *until,
+            "step {a} started less than a step ({min_gpu} ns) before its grant's end {until}"
+        );
+        let end = b["end_ns"].as_u64().unwrap();
+        assert!(
+            end <= until + 2_000_000,
+            "step ending {b} ran past its grant's end {until}"
+        );
+    }
+
+    let bed_off = Bed::new("overlap-off").unwrap();
+    let (steps_off, windows_off) = train_loop_in_long_grants(&bed_off, "0");
+    let gaps_off = step_gaps(&steps_off, &windows_off);
+    let median_off = gaps_off[gaps_off.len() / 2];
+    eprintln!("median GPU gap between steps: overlap {median} ns, without {median_off} ns");
+    assert!(
+        median <= 20_000 && median * 4 <= median_off.max(1),
+        "steps do not abut: median gap {median} ns (without overlap {median_off} ns); {gaps:?}"
+    );
+}
