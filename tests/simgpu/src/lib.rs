@@ -12,6 +12,7 @@ pub mod abi;
 pub mod arbiter;
 pub mod config;
 pub mod device;
+pub mod driver_entry;
 pub mod event;
 mod futex;
 pub mod lock;

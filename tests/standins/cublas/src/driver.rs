@@ -1,7 +1,11 @@
 //! The driver, found as cuBLAS finds it: `dlopen("libcuda.so.1")`, `dlsym("cuGetProcAddress_v2")`,
 //! then `cuLaunchKernelEx` and friends through it.
+use simgpu::driver_entry::{fn_ptr, DriverEntry};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::OnceLock;
+
+/// The CUDA version the library asks the driver's entry points for.
+const CUDA_VERSION: c_int = 13000;
 
 pub type CUresult = c_int;
 pub type CUcontext = *mut c_void;
@@ -22,9 +26,6 @@ pub struct LaunchConfig {
     pub attrs: *mut c_void,
     pub num_attrs: c_uint,
 }
-
-type GetProcAddress =
-    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CUresult;
 
 pub struct Driver {
     pub launch_kernel_ex: unsafe extern "C" fn(
@@ -58,25 +59,8 @@ pub fn get() -> Option<&'static Driver> {
 }
 
 fn load() -> Option<Driver> {
-    // SAFETY: dlopen/dlsym with NUL-terminated names; the handle is never closed.
-    let gpa: GetProcAddress = unsafe {
-        let h = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
-        if h.is_null() {
-            return None;
-        }
-        let p = libc::dlsym(h, c"cuGetProcAddress_v2".as_ptr());
-        if p.is_null() {
-            return None;
-        }
-        std::mem::transmute::<*mut c_void, GetProcAddress>(p)
-    };
-    let sym = |name: &CStr| -> Option<*mut c_void> {
-        let mut p: *mut c_void = std::ptr::null_mut();
-        let mut status: c_int = 0;
-        // SAFETY: gpa is the driver's cuGetProcAddress_v2; out-pointers are valid locals.
-        let r = unsafe { gpa(name.as_ptr(), &mut p, 13000, 0, &mut status) };
-        (r == 0 && !p.is_null()).then_some(p)
-    };
+    let entry = DriverEntry::open().ok()?;
+    let sym = |name: &CStr| entry.get(name, CUDA_VERSION, 0).ok();
     // SAFETY: each pointer is the driver's entry point of that name, with the signature of cuda.h.
     unsafe {
         Some(Driver {
@@ -111,14 +95,4 @@ pub fn load_kernels(drv: &Driver) -> Result<[CUfunction; 2], CUresult> {
         }
     }
     Ok(funcs)
-}
-
-/// Reinterprets a symbol address as the function pointer type `F`.
-///
-/// # Safety
-/// `F` must be an `extern "C" fn` type matching the symbol's C signature.
-unsafe fn fn_ptr<F: Copy>(p: *mut c_void) -> F {
-    debug_assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<*mut c_void>());
-    // SAFETY: per the contract, F is a pointer-sized function pointer type for this address.
-    unsafe { std::mem::transmute_copy(&p) }
 }

@@ -1,11 +1,9 @@
 //! The driver, reached like the real runtime does: `dlopen("libcuda.so.1")`, `dlsym` of
 //! `cuGetProcAddress_v2` only, and every other function through it (for CUDA 13.0).
 use crate::types::*;
-use std::ffi::{c_char, c_void, CStr};
+use simgpu::driver_entry::{DriverEntry, GetProcAddressV2 as GetProc};
+use std::ffi::{c_char, c_void};
 use std::sync::OnceLock;
-
-type GetProc =
-    unsafe extern "C" fn(*const c_char, *mut *mut c_void, i32, u64, *mut i32) -> CUresult;
 
 /// `CU_GET_PROC_ADDRESS_DEFAULT`.
 const DEFAULT: u64 = 0;
@@ -79,42 +77,13 @@ driver_table! {
 
 fn get_fn(get_proc: GetProc, name: &str, flags: u64) -> Result<*mut c_void, String> {
     let cname = std::ffi::CString::new(name).map_err(|e| e.to_string())?;
-    let mut p: *mut c_void = std::ptr::null_mut();
-    let mut status = 0i32;
-    // SAFETY: get_proc is the driver's cuGetProcAddress_v2; all pointers are valid locals.
-    let r = unsafe { get_proc(cname.as_ptr(), &mut p, RUNTIME_VERSION, flags, &mut status) };
-    if r != 0 || p.is_null() {
-        return Err(format!(
-            "driver has no {name} (CUresult {r}, status {status})"
-        ));
-    }
-    Ok(p)
-}
-
-fn dl_error() -> String {
-    // SAFETY: dlerror returns NULL or a NUL-terminated string valid until the next dl* call.
-    let e = unsafe { libc::dlerror() };
-    if e.is_null() {
-        "unknown dlopen error".into()
-    } else {
-        // SAFETY: non-NULL dlerror result is a valid C string (see above).
-        unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
-    }
+    DriverEntry { get_proc }
+        .get(&cname, RUNTIME_VERSION, flags)
+        .map_err(|(r, status)| format!("driver has no {name} (CUresult {r}, status {status})"))
 }
 
 fn load() -> Result<Driver, String> {
-    // SAFETY: dlopen with a constant NUL-terminated name; the handle is kept for the process.
-    let h = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    if h.is_null() {
-        return Err(dl_error());
-    }
-    // SAFETY: h is a live handle; the name is a constant C string.
-    let sym = unsafe { libc::dlsym(h, c"cuGetProcAddress_v2".as_ptr()) };
-    if sym.is_null() {
-        return Err(dl_error());
-    }
-    // SAFETY: cuGetProcAddress_v2 has the GetProc signature (cuda.h).
-    let get_proc = unsafe { std::mem::transmute::<*mut c_void, GetProc>(sym) };
+    let get_proc = DriverEntry::open()?.get_proc;
     let d = resolve(get_proc)?;
     // SAFETY: cuInit from the table just resolved.
     let r = unsafe { (d.init)(0) };

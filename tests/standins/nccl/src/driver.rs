@@ -1,5 +1,6 @@
 //! The CUDA driver, found the way real NCCL finds it: `dlopen("libcuda.so.1")`, `dlsym` of
 //! `cuGetProcAddress_v2` only, then every other entry point through it. Nothing is imported.
+use simgpu::driver_entry::{fn_ptr, DriverEntry};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::OnceLock;
 
@@ -10,8 +11,6 @@ pub type CUfunction = *mut c_void;
 pub type CUstream = *mut c_void;
 pub type CUdevice = c_int;
 
-type GetProcAddress =
-    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CUresult;
 pub type LaunchKernel = unsafe extern "C" fn(
     CUfunction,
     c_uint,
@@ -50,26 +49,8 @@ pub fn get() -> Option<&'static Driver> {
 }
 
 fn load() -> Option<Driver> {
-    // SAFETY: dlopen/dlsym with NUL-terminated names; the handle is never closed, so the pointers
-    // stay valid for the life of the process.
-    let gpa: GetProcAddress = unsafe {
-        let h = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
-        if h.is_null() {
-            return None;
-        }
-        let p = libc::dlsym(h, c"cuGetProcAddress_v2".as_ptr());
-        if p.is_null() {
-            return None;
-        }
-        std::mem::transmute::<*mut c_void, GetProcAddress>(p)
-    };
-    let sym = |name: &CStr| -> Option<*mut c_void> {
-        let mut p: *mut c_void = std::ptr::null_mut();
-        let mut status: c_int = 0;
-        // SAFETY: gpa is the driver's cuGetProcAddress_v2; out-pointers are valid locals.
-        let r = unsafe { gpa(name.as_ptr(), &mut p, CUDA_VERSION, 0, &mut status) };
-        (r == 0 && !p.is_null()).then_some(p)
-    };
+    let entry = DriverEntry::open().ok()?;
+    let sym = |name: &CStr| entry.get(name, CUDA_VERSION, 0).ok();
     // SAFETY: each pointer comes from the driver for that exact name, whose C signature the field's
     // type spells (cuda.h).
     unsafe {
@@ -192,14 +173,4 @@ fn check(r: CUresult) -> Result<(), CUresult> {
     } else {
         Err(r)
     }
-}
-
-/// Reinterprets a symbol address as the function pointer type `F`.
-///
-/// # Safety
-/// `F` must be an `extern "C" fn` type matching the symbol's C signature.
-unsafe fn fn_ptr<F: Copy>(p: *mut c_void) -> F {
-    debug_assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<*mut c_void>());
-    // SAFETY: per the contract, F is a pointer-sized function pointer type for this address.
-    unsafe { std::mem::transmute_copy(&p) }
 }
