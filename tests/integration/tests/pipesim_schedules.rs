@@ -74,104 +74,46 @@ fn check(args: &[&str], makespan_ms: f64, idle_ms: f64) {
 
 // Reference table rows (F = B = W = 10 ms, zero latency), both styles.
 
+/// A row of the reference table (x10 ms), in both communication styles.
+fn table_row(schedule: &str, stages: &str, microbatches: &str, makespan_ms: f64, idle_ms: f64) {
+    for style in ["batched", "blocking"] {
+        let args = [
+            "--schedule",
+            schedule,
+            "--stages",
+            stages,
+            "--microbatches",
+            microbatches,
+            "--style",
+            style,
+        ];
+        check(&args, makespan_ms, idle_ms);
+    }
+}
+
 #[test]
 fn table_gpipe_p4_m8() {
-    for style in ["batched", "blocking"] {
-        check(
-            &[
-                "--schedule",
-                "gpipe",
-                "--stages",
-                "4",
-                "--microbatches",
-                "8",
-                "--style",
-                style,
-            ],
-            330.0,
-            90.0,
-        );
-    }
+    table_row("gpipe", "4", "8", 330.0, 90.0);
 }
 
 #[test]
 fn table_1f1b_p4_m8() {
-    for style in ["batched", "blocking"] {
-        check(
-            &[
-                "--schedule",
-                "1f1b",
-                "--stages",
-                "4",
-                "--microbatches",
-                "8",
-                "--style",
-                style,
-            ],
-            330.0,
-            90.0,
-        );
-    }
+    table_row("1f1b", "4", "8", 330.0, 90.0);
 }
 
 #[test]
 fn table_1f1b_p4_m4() {
-    for style in ["batched", "blocking"] {
-        check(
-            &[
-                "--schedule",
-                "1f1b",
-                "--stages",
-                "4",
-                "--microbatches",
-                "4",
-                "--style",
-                style,
-            ],
-            210.0,
-            90.0,
-        );
-    }
+    table_row("1f1b", "4", "4", 210.0, 90.0);
 }
 
 #[test]
 fn table_gpipe_p2_m4() {
-    for style in ["batched", "blocking"] {
-        check(
-            &[
-                "--schedule",
-                "gpipe",
-                "--stages",
-                "2",
-                "--microbatches",
-                "4",
-                "--style",
-                style,
-            ],
-            150.0,
-            30.0,
-        );
-    }
+    table_row("gpipe", "2", "4", 150.0, 30.0);
 }
 
 #[test]
 fn table_zbh1_p4_m8() {
-    for style in ["batched", "blocking"] {
-        check(
-            &[
-                "--schedule",
-                "zbh1",
-                "--stages",
-                "4",
-                "--microbatches",
-                "8",
-                "--style",
-                style,
-            ],
-            270.0,
-            30.0,
-        );
-    }
+    table_row("zbh1", "4", "8", 270.0, 30.0);
 }
 
 // Closed forms beyond the table.
