@@ -203,7 +203,7 @@ fn sig_of(api: Api, peer: i32, bytes: u64) -> CommSig {
 }
 
 fn translate(p: &mut Proc, d: &Decoded, now: Ns, out: &mut Vec<TrainerObs>) {
-    if d.device >= 0 && matches!(d.kind, Kind::Launch | Kind::CommOp) {
+    if d.device >= 0 && matches!(d.kind, Kind::Launch | Kind::CommOp | Kind::MemAlloc) {
         p.view.device = d.device;
     }
     match d.event {
@@ -286,6 +286,7 @@ fn translate(p: &mut Proc, d: &Decoded, now: Ns, out: &mut Vec<TrainerObs>) {
             t: d.t_ns,
             seen: now,
         },
+        Event::ProcessExit { .. } => Obs::Exit { t: d.t_ns },
         _ => return,
     };
     out.push(TrainerObs {

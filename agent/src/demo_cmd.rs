@@ -87,7 +87,13 @@ pub fn main(a: DemoArgs) -> i32 {
         "bubble share             {:8.1} % of GPU time (ground truth; ideal 1F1B: 27.3 %)",
         s.bubble_fraction * 100.0
     );
-    println!("agent precision / recall {:8.3} / {:.3} (bubble time the agent held open vs true idle time)", s.precision, s.recall);
+    println!(
+        "agent precision / recall {:8.3} / {:.3} (inferred bubbles vs true idle time; live view {:.3} / {:.3})",
+        s.inferred.precision(),
+        s.inferred.recall(),
+        s.live.precision(),
+        s.live.recall()
+    );
     println!(
         "agent detection latency  {:8.0} us p50, {:.0} us p99",
         lat50, lat99

@@ -79,11 +79,20 @@ const SIDETASKS_RESCAN_NS: Ns = 100_000_000;
 /// How far an open-ended grant reaches (see [`GrantPolicy::open_ended`]).
 const OPEN_ENDED_NS: Ns = 3_600_000_000_000;
 
+/// What a GPU's grant block holds now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Published {
+    /// Open until, with this priority floor; `None`: closed.
+    grant: Option<(Ns, u64)>,
+    mem_budget: u64,
+    side_mem: u64,
+}
+
 /// One grant block per GPU with a trainer, in the session directory.
 pub struct Grants {
     dir: PathBuf,
     policy: GrantPolicy,
-    writers: BTreeMap<i32, (GrantWriter, Option<(Ns, u64)>)>,
+    writers: BTreeMap<i32, (GrantWriter, Published)>,
     /// The side tasks per GPU, re-read every [`SIDETASKS_RESCAN_NS`].
     tasks: BTreeMap<i32, Vec<SideTaskInfo>>,
     tasks_read_ns: Ns,
@@ -106,15 +115,23 @@ impl Grants {
     }
 
     /// Publishes GPU `device`'s grant for its bubble state now.
-    /// `trainer_mem`: device memory the GPU's trainer holds.
-    pub fn update(&mut self, now: Ns, device: i32, open: Option<OpenBubble>, trainer_mem: u64) {
+    /// `trainer_mem`: device memory the GPU's trainer holds; `side_ring_mem`: (pid, bytes) of the
+    /// side-task processes on it that run under the interposer.
+    pub fn update(
+        &mut self,
+        now: Ns,
+        device: i32,
+        open: Option<OpenBubble>,
+        trainer_mem: u64,
+        side_ring_mem: &[(u32, u64)],
+    ) {
         if device < 0 {
             return;
         }
         if !self.writers.contains_key(&device) {
             match GrantWriter::create(&self.dir, device as u32) {
                 Ok(w) => {
-                    self.writers.insert(device, (w, None));
+                    self.writers.insert(device, (w, Published::default()));
                 }
                 Err(e) => {
                     self.warnings
@@ -128,20 +145,24 @@ impl Grants {
             self.tasks_read_ns = now;
         }
         let (w, current) = self.writers.get_mut(&device).expect("inserted above");
-        let want = self.policy.decide(now, open).map(|until| {
-            let tasks = self.tasks.get(&device).map(Vec::as_slice).unwrap_or(&[]);
-            (
-                until,
-                sidetasks::priority_floor(tasks, until.saturating_sub(now)),
-            )
-        });
+        let tasks = self.tasks.get(&device).map(Vec::as_slice).unwrap_or(&[]);
+        let want = Published {
+            grant: self.policy.decide(now, open).map(|until| {
+                (
+                    until,
+                    sidetasks::priority_floor(tasks, until.saturating_sub(now)),
+                )
+            }),
+            mem_budget: self.policy.mem_budget(trainer_mem),
+            side_mem: sidetasks::mem_held(tasks, side_ring_mem),
+        };
         if want == *current {
             w.heartbeat();
             return;
         }
-        match want {
+        let fields = match want.grant {
             Some((until, floor)) => {
-                if current.is_none() {
+                if current.grant.is_none() {
                     *self.opened.entry(device).or_default() += 1;
                 }
                 let until = if self.policy.open_ended {
@@ -149,19 +170,21 @@ impl Grants {
                 } else {
                     until
                 };
-                w.publish(GrantFields {
+                GrantFields {
                     open: true,
                     open_until_ns: until,
                     budget_ns: until - now,
-                    mem_budget_bytes: self.policy.mem_budget(trainer_mem),
                     min_priority: floor,
-                })
+                    ..GrantFields::default()
+                }
             }
-            None => w.publish(GrantFields {
-                mem_budget_bytes: self.policy.mem_budget(trainer_mem),
-                ..GrantFields::default()
-            }),
-        }
+            None => GrantFields::default(),
+        };
+        w.publish(GrantFields {
+            mem_budget_bytes: want.mem_budget,
+            side_mem_held_bytes: want.side_mem,
+            ..fields
+        });
         *current = want;
     }
 
@@ -169,7 +192,7 @@ impl Grants {
     pub fn close_all(&mut self) {
         for (w, current) in self.writers.values_mut() {
             w.publish(GrantFields::default());
-            *current = None;
+            *current = Published::default();
         }
     }
 }

@@ -4,6 +4,7 @@ use crate::collect::{Collector, ProcessView, TrainerObs};
 use crate::grants::{GrantPolicy, Grants};
 use crate::inference::detector::OpenBubble;
 use crate::inference::{Bubble, Detector, Ns};
+use freeride_abi::Role;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -111,7 +112,12 @@ impl Node {
                     .iter()
                     .find(|p| p.pid == *pid)
                     .map_or(0, |p| p.mem_held_bytes);
-                grants.update(now, t.device, t.detector.open_now(), mem);
+                let side: Vec<(u32, u64)> = procs
+                    .iter()
+                    .filter(|p| p.role == Some(Role::Sidetask) && p.device == t.device && !p.gone)
+                    .map(|p| (p.pid, p.mem_held_bytes))
+                    .collect();
+                grants.update(now, t.device, t.detector.open_now(), mem, &side);
             }
         }
         self.obs.len()

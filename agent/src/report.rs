@@ -5,13 +5,14 @@ use crate::node::BubbleRecord;
 use serde_json::{json, Value};
 
 /// One bubble as a JSON line: `{"pid","device","start_ns","end_ns","opened_seen_ns",
-/// "closed_seen_ns","predicted_end_ns","confidence"}`.
+/// "closed_seen_ns","predicted_end_ns","confidence","cut_by_exit"}`.
 pub fn bubble_line(b: &BubbleRecord) -> String {
     let x = &b.bubble;
     json!({
         "pid": b.pid, "device": b.device, "start_ns": x.start, "end_ns": x.end,
         "opened_seen_ns": x.opened_seen, "closed_seen_ns": x.closed_seen,
         "predicted_end_ns": x.predicted_end, "confidence": x.confidence,
+        "cut_by_exit": x.cut_by_exit,
     })
     .to_string()
 }
@@ -40,6 +41,7 @@ pub fn parse_bubble_log(text: &str) -> (Vec<BubbleRecord>, usize) {
                         closed_seen: u("closed_seen_ns").unwrap_or(end),
                         predicted_end: u("predicted_end_ns"),
                         confidence: v["confidence"].as_f64().unwrap_or(0.0),
+                        cut_by_exit: v["cut_by_exit"].as_bool().unwrap_or(false),
                     },
                 })
             }
@@ -65,6 +67,7 @@ mod tests {
                 closed_seen: 31,
                 predicted_end: Some(29),
                 confidence: 0.5,
+                cut_by_exit: true,
             },
         };
         let text = format!("{}\nnot json\n{{\"pid\":1}}\n", bubble_line(&b));

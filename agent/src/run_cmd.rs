@@ -1,4 +1,4 @@
-//! `freeride run [--role trainer|sidetask] [--dir DIR] [--trace PATH] -- CMD ARGS...`
+//! `freeride run [--role trainer|sidetask] [--dir DIR] [--trace PATH] [--priority N] -- CMD ARGS...`
 //!
 //! Execs CMD (same pid, signals and exit status as CMD itself) with `LD_PRELOAD` prepended with
 //! libfreeride.so, `FREERIDE_ROLE` and `FREERIDE_DIR` set, after creating the session directory
@@ -17,7 +17,7 @@ pub enum RoleArg {
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// Role of the process: a trainer is observed; a side task is (later) gated.
+    /// Role of the process: a trainer is observed; a side task is gated at its launches.
     #[arg(long, value_enum, default_value = "trainer")]
     pub role: RoleArg,
     /// Session directory (default: $FREERIDE_DIR, else /dev/shm/freeride-<uid>).
@@ -26,6 +26,10 @@ pub struct RunArgs {
     /// Also write every event as a JSON line to this file (FREERIDE_TRACE).
     #[arg(long)]
     pub trace: Option<PathBuf>,
+    /// A side task's priority (FREERIDE_PRIORITY): grants the agent keeps for more important side
+    /// tasks hold it.
+    #[arg(long)]
+    pub priority: Option<u64>,
     /// The command and its arguments.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, num_args = 1..)]
     pub command: Vec<String>,
@@ -76,6 +80,9 @@ pub fn main(a: RunArgs) -> i32 {
         .env(env::DIR, &dir);
     if let Some(t) = &a.trace {
         cmd.env(env::TRACE, t);
+    }
+    if let Some(p) = a.priority {
+        cmd.env("FREERIDE_PRIORITY", p.to_string());
     }
     let err = cmd.exec();
     eprintln!("freeride run: cannot run {}: {err}", a.command[0]);

@@ -14,6 +14,20 @@ pub struct SideTaskInfo {
     pub priority: u64,
     /// The task's learned step duration (0 before its first step).
     pub step_estimate_ns: Ns,
+    /// Device memory it holds, as it last published.
+    pub mem_held_bytes: u64,
+}
+
+/// Device memory the side tasks of one GPU hold together: the SDK tasks' published figures and the
+/// hooked allocations of side-task processes running under the interposer (`ring_held`: pid,
+/// bytes), a process known both ways counted once (the larger figure).
+pub fn mem_held(tasks: &[SideTaskInfo], ring_held: &[(u32, u64)]) -> u64 {
+    let mut by_pid: BTreeMap<u32, u64> = tasks.iter().map(|t| (t.pid, t.mem_held_bytes)).collect();
+    for &(pid, bytes) in ring_held {
+        let e = by_pid.entry(pid).or_default();
+        *e = (*e).max(bytes);
+    }
+    by_pid.values().sum()
 }
 
 /// The lowest priority that may start work in a grant of `room_ns`: the highest priority among
@@ -58,6 +72,7 @@ pub fn scan(dir: &Path) -> BTreeMap<i32, Vec<SideTaskInfo>> {
             pid: pid as u32,
             priority: v["priority"].as_u64().unwrap_or(0),
             step_estimate_ns: v["step_estimate_ns"].as_u64().unwrap_or(0),
+            mem_held_bytes: v["mem_held_bytes"].as_u64().unwrap_or(0),
         });
     }
     out
@@ -72,7 +87,20 @@ mod tests {
             pid,
             priority,
             step_estimate_ns,
+            mem_held_bytes: 0,
         }
+    }
+
+    #[test]
+    fn memory_is_summed_over_the_gpus_side_tasks_once_per_process() {
+        let mut a = t(1, 0, 0);
+        a.mem_held_bytes = 100;
+        let mut b = t(2, 0, 0);
+        b.mem_held_bytes = 50;
+        // pid 2 also runs under the interposer (its hooked figure is newer and larger); pid 3 is
+        // an unmodified side task.
+        assert_eq!(mem_held(&[a, b], &[(2, 70), (3, 30)]), 200);
+        assert_eq!(mem_held(&[], &[]), 0);
     }
 
     #[test]

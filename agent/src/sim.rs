@@ -2,15 +2,17 @@
 //! agent's bubbles against the simulated GPU's ground truth.
 //!
 //! The agent loop here is the same [`Node`] the daemon runs; it sees the job only through the rings.
-//! Scoring (iterations after the second, all ranks):
-//! * the agent's bubbles are the intervals it held a bubble open live: from when it saw the bubble
-//!   begin to when it saw it end (what it knows in real time, what a scheduler acts on);
+//! Scoring (iterations after the second, all ranks), three views of the same bubbles:
+//! * inferred (`precision`, `recall`): each bubble as the agent inferred it online, from its GPU-side
+//!   begin (the interposer's timing event) to the end the agent determined (the GPU-side end of the
+//!   ops the compute waits for, or the host's next compute launch when nothing was queued);
 //!   precision = bubble time that was truly idle / all bubble time; recall = true idle time covered
 //!   / all true idle time;
-//! * the forecast: from the GPU-side begin the interposer reported to the end the agent predicted
-//!   when the bubble opened (its learnt duration for that position of the iteration; where nothing
-//!   was learnt yet, the observed end), scored the same way (`predicted_precision`,
-//!   `predicted_recall`), and the error of each predicted end;
+//! * forecast (`forecast_precision`, `forecast_recall`): from the GPU-side begin to the end the agent
+//!   predicted when the bubble opened (its learnt duration for that position of the iteration; where
+//!   nothing was learnt yet, the inferred end), and the error of each predicted end;
+//! * live (`live_precision`, `live_recall`): from when the agent saw the bubble begin to when it saw
+//!   it end (what it knows in real time, what a scheduler acts on);
 //! * detection latency = when the agent saw a bubble open minus when the GPU truly went idle, for
 //!   every true idle interval of at least [`MIN_SCORED_IDLE_NS`] that a bubble overlaps.
 use crate::grants::GrantPolicy;
@@ -158,10 +160,12 @@ fn stop_sidetasks(children: &mut [std::process::Child]) {
 pub struct Scores {
     pub iteration_ms: f64,
     pub bubble_fraction: f64,
-    pub precision: f64,
-    pub recall: f64,
-    pub predicted_precision: f64,
-    pub predicted_recall: f64,
+    /// The bubbles as inferred: GPU-side begin to the inferred end.
+    pub inferred: Tally,
+    /// GPU-side begin to the end predicted when the bubble opened.
+    pub forecast: Tally,
+    /// When the agent saw the begin to when it saw the end.
+    pub live: Tally,
     pub detect_latency_us: Vec<f64>,
     pub missed_idle_intervals: usize,
     pub scored_iterations: usize,
@@ -171,7 +175,9 @@ pub struct Scores {
     /// [`RELEARN_TOLERANCE`].
     pub after_change: Vec<f64>,
     /// Iterations after the change until predictions are right again (and stay right): the first
-    /// iteration from which every later one has at least [`RELEARNED_SHARE`] of its bubbles right.
+    /// iteration with at least [`RELEARNED_SHARE`] of its bubbles right and from which at least
+    /// that share of all later bubbles are right (pooled, so that one stall of the host in a late
+    /// iteration does not undo the relearning).
     pub relearned_in: Option<usize>,
 }
 
@@ -181,17 +187,23 @@ pub const RELEARN_FLOOR_NS: f64 = 500_000.0;
 /// Share of right predictions that makes an iteration relearnt.
 pub const RELEARNED_SHARE: f64 = 0.9;
 
-/// Per iteration from `at` on: the share of bubbles whose end was predicted right.
-fn relearn_curve(r: &SimResult, at: usize) -> Vec<f64> {
-    r.truth
-        .iterations
+/// Per iteration from `at` on, the job's last one left out (its ranks finish and exit at different
+/// times, which stalls the others' hosts on a small machine): (bubbles whose end was predicted
+/// right, bubbles).
+fn relearn_curve(r: &SimResult, at: usize) -> Vec<(usize, usize)> {
+    let its = &r.truth.iterations;
+    its[..its.len().saturating_sub(1)]
         .iter()
         .skip(at)
         .map(|it| {
             let (mut n, mut good) = (0usize, 0usize);
             for b in r.bubbles.iter().map(|b| &b.bubble) {
                 let len = b.end.saturating_sub(b.start);
-                if b.start < it.start_ns || b.start >= it.end_ns || len < MIN_SCORED_IDLE_NS {
+                if b.start < it.start_ns
+                    || b.start >= it.end_ns
+                    || len < MIN_SCORED_IDLE_NS
+                    || b.cut_by_exit
+                {
                     continue;
                 }
                 n += 1;
@@ -202,11 +214,7 @@ fn relearn_curve(r: &SimResult, at: usize) -> Vec<f64> {
                     good += 1;
                 }
             }
-            if n == 0 {
-                1.0
-            } else {
-                good as f64 / n as f64
-            }
+            (good, n)
         })
         .collect()
 }
@@ -440,8 +448,8 @@ pub fn score(r: &SimResult, change_at: Option<u32>) -> Scores {
         its.len().saturating_sub(1)
     };
     let scored = &its[skip..];
-    let mut tally = Tally::default();
-    let mut live_tally = Tally::default();
+    let (mut inferred_tally, mut forecast_tally, mut live_tally) =
+        (Tally::default(), Tally::default(), Tally::default());
     let mut latencies = vec![];
     let mut end_errors = vec![];
     let mut missed = 0;
@@ -453,7 +461,12 @@ pub fn score(r: &SimResult, change_at: Option<u32>) -> Scores {
                 .map(|b| (b.bubble.opened_seen, b.bubble.closed_seen))
                 .collect(),
         );
-        let predicted = merge(
+        let inferred = merge(
+            mine.iter()
+                .map(|b| (b.bubble.start, b.bubble.end))
+                .collect(),
+        );
+        let forecast = merge(
             mine.iter()
                 .map(|b| {
                     (
@@ -466,11 +479,13 @@ pub fn score(r: &SimResult, change_at: Option<u32>) -> Scores {
         for it in scored {
             let rw = &it.ranks[rank];
             let truth_iv = merge(rw.idle_intervals.clone());
-            tally.add(Tally::of(
-                &clip(&predicted, it.start_ns, it.end_ns),
-                &truth_iv,
-            ));
-            live_tally.add(Tally::of(&clip(&live, it.start_ns, it.end_ns), &truth_iv));
+            for (t, iv) in [
+                (&mut inferred_tally, &inferred),
+                (&mut forecast_tally, &forecast),
+                (&mut live_tally, &live),
+            ] {
+                t.add(Tally::of(&clip(iv, it.start_ns, it.end_ns), &truth_iv));
+            }
             window_ns += it.end_ns - it.start_ns;
             idle_ns += rw.idle_ns;
             for &(a, b) in truth_iv.iter().filter(|(a, b)| b - a >= MIN_SCORED_IDLE_NS) {
@@ -503,10 +518,9 @@ pub fn score(r: &SimResult, change_at: Option<u32>) -> Scores {
         } else {
             idle_ns as f64 / window_ns as f64
         },
-        precision: live_tally.precision(),
-        recall: live_tally.recall(),
-        predicted_precision: tally.precision(),
-        predicted_recall: tally.recall(),
+        inferred: inferred_tally,
+        forecast: forecast_tally,
+        live: live_tally,
         detect_latency_us: latencies,
         missed_idle_intervals: missed,
         scored_iterations: scored.len(),
@@ -516,9 +530,21 @@ pub fn score(r: &SimResult, change_at: Option<u32>) -> Scores {
     };
     if let Some(at) = change_at {
         let curve = relearn_curve(r, at as usize);
-        scores.relearned_in =
-            (0..curve.len()).find(|&j| curve[j..].iter().all(|&v| v >= RELEARNED_SHARE));
-        scores.after_change = curve;
+        let share = |c: &[(usize, usize)]| {
+            let (good, n) = c.iter().fold((0, 0), |(g, m), &(a, b)| (g + a, m + b));
+            if n == 0 {
+                1.0
+            } else {
+                good as f64 / n as f64
+            }
+        };
+        scores.relearned_in = (0..curve.len()).find(|&j| {
+            share(&curve[j..=j]) >= RELEARNED_SHARE && share(&curve[j..]) >= RELEARNED_SHARE
+        });
+        scores.after_change = curve
+            .iter()
+            .map(|c| share(std::slice::from_ref(c)))
+            .collect();
     }
     scores
 }

@@ -108,10 +108,12 @@ pub fn main(a: SimArgs) -> i32 {
         "scored_iterations": s.scored_iterations,
         "truth": { "iteration_ms": r(s.iteration_ms, 3), "bubble_fraction": r(s.bubble_fraction, 4) },
         "inference": {
-            "precision": r(s.precision, 4),
-            "recall": r(s.recall, 4),
-            "predicted_precision": r(s.predicted_precision, 4),
-            "predicted_recall": r(s.predicted_recall, 4),
+            "precision": r(s.inferred.precision(), 4),
+            "recall": r(s.inferred.recall(), 4),
+            "forecast_precision": r(s.forecast.precision(), 4),
+            "forecast_recall": r(s.forecast.recall(), 4),
+            "live_precision": r(s.live.precision(), 4),
+            "live_recall": r(s.live.recall(), 4),
             "detect_latency_us_p50": r(lat50, 1),
             "detect_latency_us_p99": r(lat99, 1),
             "missed_idle_intervals": s.missed_idle_intervals,
@@ -151,14 +153,16 @@ pub fn main(a: SimArgs) -> i32 {
         println!("{report}");
     } else {
         println!(
-            "{} p={} m={}: iteration {:.1} ms, bubbles {:.1}% of GPU time; agent precision {:.3}, recall {:.3}, detection p50 {:.0} us",
+            "{} p={} m={}: iteration {:.1} ms, bubbles {:.1}% of GPU time; agent precision {:.3}, recall {:.3} (live {:.3} / {:.3}), detection p50 {:.0} us",
             a.job.schedule_name(),
             a.job.stages,
             a.job.microbatches,
             s.iteration_ms,
             s.bubble_fraction * 100.0,
-            s.precision,
-            s.recall,
+            s.inferred.precision(),
+            s.inferred.recall(),
+            s.live.precision(),
+            s.live.recall(),
             lat50
         );
     }

@@ -241,7 +241,8 @@ impl Pacer {
             GrantRead::NoAgent => Availability::NoAgent,
             GrantRead::Busy => Availability::Closed,
             GrantRead::Grant(g) => {
-                self.budget.set_grant_limit(g.mem_budget_bytes);
+                self.budget
+                    .set_grant_limit(g.mem_limit_for(self.budget.held()));
                 let now = now_ns();
                 let stale = self.cfg.heartbeat_stale_ms > 0
                     && now.saturating_sub(g.heartbeat_ns) > self.cfg.heartbeat_stale_ms * 1_000_000;

@@ -164,6 +164,7 @@ fn grants_for_more_important_tasks_are_closed_to_less_important_ones() {
                 budget_ns: 20 * MS,
                 mem_budget_bytes: 0,
                 min_priority,
+                side_mem_held_bytes: 0,
             });
         };
         // 200 ms of grants for priority >= 5: a priority-2 task must not step.

@@ -22,6 +22,8 @@ pub struct Bubble {
     /// The end predicted when it opened, if the position was learnt.
     pub predicted_end: Option<Ns>,
     pub confidence: f64,
+    /// Cut short by the process's exit (its forecast voided).
+    pub cut_by_exit: bool,
 }
 
 /// The bubble open now, as the scheduler sees it.
@@ -40,16 +42,30 @@ struct Op {
     sig: CommSig,
     pos: Position,
     begin: Option<Ns>,
-    compute_after_issue: bool,
+    /// Host time of the first compute launch after the op was issued.
+    compute_after_issue: Option<Ns>,
+}
+
+/// An op that took part in the open bubble: what the pattern learns when the bubble closes.
+#[derive(Debug, Clone, Copy)]
+struct Member {
+    pos: Position,
+    sig: CommSig,
+    begin: Ns,
 }
 
 #[derive(Debug)]
 struct Open {
     bubble: OpenBubble,
-    /// Ops that keep it open.
-    ops: Vec<u64>,
-    /// No op holding it blocks compute: a compute launch ends it.
+    /// Ops in flight in it, and whether each blocks compute (only those keep it open past a launch).
+    ops: Vec<(u64, bool)>,
+    members: Vec<Member>,
+    /// No op holding it blocks compute, or every op has ended with no compute queued: the next
+    /// compute launch ends it.
     ends_on_launch: bool,
+    /// Host time of the first compute launch since the bubble's first op was issued: compute that
+    /// runs as soon as the ops end.
+    compute_queued: Option<Ns>,
 }
 
 /// Bubbles of one trainer, from its observations in the order the agent sees them.
@@ -98,23 +114,36 @@ impl Detector {
                         sig,
                         pos,
                         begin: None,
-                        compute_after_issue: false,
+                        compute_after_issue: None,
                     },
                 );
             }
             Obs::CommBegin { id, t, seen } => self.on_begin(id, t, seen),
             Obs::CommEnd { id, t, seen } => self.on_end(id, t, seen),
+            Obs::Exit { t } => {
+                self.ops.clear();
+                if let Some(mut o) = self.open.take() {
+                    // Cut short by the exit: what was forecast did not get the chance to happen,
+                    // and the pattern learns nothing from it.
+                    o.bubble.predicted_end = None;
+                    o.members.clear();
+                    self.close_as(o, t, t, true);
+                }
+            }
         }
     }
 
     fn on_launch(&mut self, t: Ns) {
         for op in self.ops.values_mut() {
-            op.compute_after_issue = true;
+            op.compute_after_issue.get_or_insert(t);
         }
-        if self.open.as_ref().is_some_and(|o| o.ends_on_launch) {
+        let Some(o) = &mut self.open else { return };
+        if o.ends_on_launch {
             let o = self.open.take().expect("checked above");
             let end = t.max(o.bubble.start);
-            self.close(o.bubble, end, t.max(o.bubble.opened_seen));
+            self.close(o, end, t);
+        } else {
+            o.compute_queued.get_or_insert(t);
         }
     }
 
@@ -124,13 +153,32 @@ impl Detector {
         };
         op.begin = Some(t);
         let blocks = op.sig.blocks_compute();
-        if !blocks && op.compute_after_issue {
-            return;
+        let member = Member {
+            pos: op.pos,
+            sig: op.sig,
+            begin: t,
+        };
+        let compute = op.compute_after_issue;
+        if !blocks {
+            match (compute, &self.open) {
+                // Compute queued before the op began runs beside it: no bubble.
+                (Some(c), _) if c <= t => return,
+                // The host queued compute only after the op began (the agent learnt of the begin
+                // late): the GPU was idle from the begin to that launch.
+                (Some(c), None) => {
+                    let o = self.new_open(id, member, t, seen, true, None);
+                    self.close(o, c, seen);
+                    return;
+                }
+                (Some(_), Some(_)) => return,
+                (None, _) => {}
+            }
         }
         let prediction = self.pattern.predict(op.pos, op.sig);
         match &mut self.open {
             Some(o) => {
-                o.ops.push(id);
+                o.ops.push((id, blocks));
+                o.members.push(member);
                 o.ends_on_launch &= !blocks;
                 if let Some(p) = prediction {
                     o.bubble.predicted_end = Some(t + p.expected_ns);
@@ -139,53 +187,86 @@ impl Detector {
                 }
             }
             None => {
-                let Prediction {
-                    expected_ns,
-                    confidence,
-                    spread_ns,
-                } = prediction.unwrap_or(Prediction {
-                    expected_ns: 0,
-                    spread_ns: 0,
-                    confidence: 0.0,
-                });
-                self.open = Some(Open {
-                    bubble: OpenBubble {
-                        start: t,
-                        opened_seen: seen,
-                        predicted_end: prediction.map(|_| t + expected_ns),
-                        spread_ns,
-                        confidence,
-                    },
-                    ops: vec![id],
-                    ends_on_launch: !blocks,
-                });
+                let o = self.new_open(id, member, t, seen, !blocks, compute);
+                self.open = Some(o);
             }
         }
     }
 
-    fn on_end(&mut self, id: u64, t: Ns, seen: Ns) {
-        let Some(op) = self.ops.remove(&id) else {
-            return;
-        };
-        if let Some(begin) = op.begin {
-            self.pattern.record(op.pos, op.sig, t.saturating_sub(begin));
-        }
-        let Some(o) = &mut self.open else { return };
-        o.ops.retain(|&x| x != id);
-        if o.ops.is_empty() {
-            let o = self.open.take().expect("checked above");
-            self.close(o.bubble, t, seen);
+    fn new_open(
+        &self,
+        id: u64,
+        member: Member,
+        t: Ns,
+        seen: Ns,
+        ends_on_launch: bool,
+        compute_queued: Option<Ns>,
+    ) -> Open {
+        let prediction = self.pattern.predict(member.pos, member.sig);
+        let Prediction {
+            expected_ns,
+            confidence,
+            spread_ns,
+        } = prediction.unwrap_or(Prediction {
+            expected_ns: 0,
+            spread_ns: 0,
+            confidence: 0.0,
+        });
+        Open {
+            bubble: OpenBubble {
+                start: t,
+                opened_seen: seen,
+                predicted_end: prediction.map(|_| t + expected_ns),
+                spread_ns,
+                confidence,
+            },
+            ops: vec![(id, !ends_on_launch)],
+            members: vec![member],
+            ends_on_launch,
+            compute_queued,
         }
     }
 
-    fn close(&mut self, b: OpenBubble, end: Ns, closed_seen: Ns) {
+    fn on_end(&mut self, id: u64, t: Ns, seen: Ns) {
+        if self.ops.remove(&id).is_none() {
+            return;
+        }
+        let Some(o) = &mut self.open else { return };
+        let blocked_before = o.ops.iter().any(|&(_, b)| b);
+        o.ops.retain(|&(x, _)| x != id);
+        // The last op compute waits for has ended (sends still in flight do not hold compute back).
+        if blocked_before && !o.ops.iter().any(|&(_, b)| b) {
+            match o.compute_queued {
+                // Compute queued behind the ops runs as soon as they end.
+                Some(c) => {
+                    let o = self.open.take().expect("checked above");
+                    self.close(o, t.max(c), seen);
+                }
+                // Nothing queued (the host waits in a synchronize): idle until the next launch.
+                None => o.ends_on_launch = true,
+            }
+        }
+    }
+
+    fn close(&mut self, o: Open, end: Ns, closed_seen: Ns) {
+        self.close_as(o, end, closed_seen, false)
+    }
+
+    fn close_as(&mut self, o: Open, end: Ns, closed_seen: Ns, cut_by_exit: bool) {
+        let b = o.bubble;
+        let end = end.max(b.start);
+        for m in &o.members {
+            self.pattern
+                .record(m.pos, m.sig, end.saturating_sub(m.begin));
+        }
         self.closed.push(Bubble {
             start: b.start,
-            end: end.max(b.start),
+            end,
             opened_seen: b.opened_seen,
             closed_seen: closed_seen.max(b.opened_seen),
             predicted_end: b.predicted_end,
             confidence: b.confidence,
+            cut_by_exit,
         });
     }
 }
@@ -314,6 +395,8 @@ mod tests {
         for it in 0..3 {
             id += 1;
             op(&mut d, id, RECV, t, t + 1_000, t + 11_000);
+            // The host was waiting for the receive: it queues compute as soon as it returns.
+            d.observe(Obs::Launch { t: t + 11_000 });
             id += 1;
             d.observe(Obs::CommIssue {
                 t: t + 20_000,
@@ -334,6 +417,7 @@ mod tests {
                 t: t + 23_000,
                 seen: t + 23_050,
             });
+            d.observe(Obs::Launch { t: t + 23_000 });
             t += 30_000;
         }
         let closed = d.take_closed();
@@ -342,5 +426,78 @@ mod tests {
         assert_eq!(closed[2].predicted_end, Some(30_000 + 11_000));
         assert_eq!(closed[4].predicted_end, Some(60_000 + 11_000));
         assert_eq!(d.pattern().period_ns(), Some(30_000));
+    }
+
+    #[test]
+    fn a_receive_the_host_waits_for_stays_a_bubble_until_compute_is_queued() {
+        let mut d = Detector::new();
+        op(&mut d, 1, RECV, 0, 100, 1_000);
+        // The host sleeps in a synchronize: the GPU stays idle after the receive ends.
+        assert!(d.open_now().is_some());
+        assert!(d.take_closed().is_empty());
+        d.observe(Obs::Launch { t: 1_300 });
+        assert!(d.open_now().is_none());
+        let b = d.take_closed();
+        assert_eq!((b[0].start, b[0].end), (100, 1_300));
+        // The next time the bubble at this position is predicted to last until the launch.
+    }
+
+    #[test]
+    fn compute_queued_behind_a_receive_ends_the_bubble_with_it() {
+        let mut d = Detector::new();
+        d.observe(Obs::CommIssue {
+            t: 0,
+            id: 1,
+            sig: RECV,
+        });
+        d.observe(Obs::Launch { t: 10 });
+        op_begin_end(&mut d, 1, 100, 1_000);
+        let b = d.take_closed();
+        assert_eq!((b[0].start, b[0].end), (100, 1_000));
+        assert!(d.open_now().is_none());
+    }
+
+    #[test]
+    fn a_send_seen_late_is_a_bubble_until_the_launch_that_followed_it() {
+        let mut d = Detector::new();
+        d.observe(Obs::CommIssue {
+            t: 0,
+            id: 1,
+            sig: SEND,
+        });
+        // The launch is seen before the poller reports the send's GPU begin (at 100).
+        d.observe(Obs::Launch { t: 400 });
+        op_begin_end(&mut d, 1, 100, 200);
+        let b = d.take_closed();
+        assert_eq!(b.len(), 1);
+        assert_eq!((b[0].start, b[0].end), (100, 400));
+        assert!(d.open_now().is_none());
+    }
+
+    #[test]
+    fn the_open_bubble_ends_when_the_process_exits() {
+        let mut d = Detector::new();
+        op(&mut d, 1, AR, 0, 100, 1_000);
+        assert!(d.take_closed().is_empty());
+        d.observe(Obs::Exit { t: 1_500 });
+        assert!(d.open_now().is_none());
+        let b = d.take_closed();
+        assert_eq!(
+            (b[0].start, b[0].end, b[0].predicted_end, b[0].cut_by_exit),
+            (100, 1_500, None, true)
+        );
+    }
+
+    fn op_begin_end(d: &mut Detector, id: u64, begin: Ns, end: Ns) {
+        d.observe(Obs::CommBegin {
+            id,
+            t: begin,
+            seen: begin + 50,
+        });
+        d.observe(Obs::CommEnd {
+            id,
+            t: end,
+            seen: end + 50,
+        });
     }
 }

@@ -36,4 +36,6 @@ pub enum Obs {
     CommBegin { id: u64, t: Ns, seen: Ns },
     /// Op `id` ended on the GPU at `t` (host clock); the agent learnt it at `seen`.
     CommEnd { id: u64, t: Ns, seen: Ns },
+    /// The process is exiting (at `t`): whatever bubble is open ends there.
+    Exit { t: Ns },
 }

@@ -28,18 +28,61 @@ pub struct Prediction {
     pub confidence: f64,
 }
 
+/// Observations per position the prediction is made from (the newest ones).
+const WINDOW: usize = 5;
+
 #[derive(Clone, Copy, Debug)]
 struct Stat {
-    mean: f64,
-    abs_dev: f64,
+    /// The newest observations (a ring of `min(count, WINDOW)` values).
+    recent: [f64; WINDOW],
     count: u32,
     last_iteration: u64,
     /// The newest observation: what is kept when the job changes.
     last: f64,
 }
 
-/// Weight of the newest observation in the running mean and spread.
-const EWMA_WEIGHT: f64 = 0.3;
+impl Stat {
+    fn new(d: f64, iteration: u64) -> Stat {
+        Stat {
+            recent: [d; WINDOW],
+            count: 1,
+            last_iteration: iteration,
+            last: d,
+        }
+    }
+
+    fn add(&mut self, d: f64) {
+        self.recent[self.count as usize % WINDOW] = d;
+        self.count += 1;
+        self.last = d;
+    }
+
+    fn window(&self) -> &[f64] {
+        &self.recent[..(self.count as usize).min(WINDOW)]
+    }
+
+    /// The median of the newest observations: one late host wake-up does not move it.
+    fn median(&self) -> f64 {
+        let mut v = [0.0; WINDOW];
+        let w = self.window();
+        v[..w.len()].copy_from_slice(w);
+        let v = &mut v[..w.len()];
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        }
+    }
+
+    /// Mean absolute deviation of the newest observations from their median.
+    fn spread(&self) -> f64 {
+        let m = self.median();
+        let w = self.window();
+        w.iter().map(|x| (x - m).abs()).sum::<f64>() / w.len() as f64
+    }
+}
 /// Observations after which a position is trusted fully (before the spread is taken into account).
 const FULL_CONFIDENCE_COUNT: u32 = 3;
 /// Iteration boundaries kept for the period estimate.
@@ -83,12 +126,7 @@ impl Pattern {
             }
             self.stats.retain(|_, s| s.last_iteration == finished);
             for s in self.stats.values_mut() {
-                *s = Stat {
-                    mean: s.last,
-                    abs_dev: 0.0,
-                    count: 1,
-                    ..*s
-                };
+                *s = Stat::new(s.last, s.last_iteration);
             }
             self.reference = std::mem::take(&mut self.current);
         } else {
@@ -104,34 +142,31 @@ impl Pattern {
     /// The op at `pos` with signature `sig` held the GPU idle for `duration` ns.
     pub fn record(&mut self, pos: Position, sig: CommSig, duration: Ns) {
         let d = duration as f64;
-        let s = self.stats.entry((pos.index, sig)).or_insert(Stat {
-            mean: d,
-            abs_dev: 0.0,
-            count: 0,
-            last_iteration: pos.iteration,
-            last: d,
-        });
-        if s.count > 0 {
-            s.abs_dev = (1.0 - EWMA_WEIGHT) * s.abs_dev + EWMA_WEIGHT * (d - s.mean).abs();
-            s.mean = (1.0 - EWMA_WEIGHT) * s.mean + EWMA_WEIGHT * d;
+        match self.stats.get_mut(&(pos.index, sig)) {
+            Some(s) => {
+                s.add(d);
+                s.last_iteration = s.last_iteration.max(pos.iteration);
+            }
+            None => {
+                self.stats
+                    .insert((pos.index, sig), Stat::new(d, pos.iteration));
+            }
         }
-        s.count += 1;
-        s.last = d;
-        s.last_iteration = s.last_iteration.max(pos.iteration);
     }
 
     /// What is expected of the bubble opening at `pos`, if anything was learnt there.
     pub fn predict(&self, pos: Position, sig: CommSig) -> Option<Prediction> {
         let s = self.stats.get(&(pos.index, sig))?;
         let seen = (s.count.min(FULL_CONFIDENCE_COUNT) as f64) / FULL_CONFIDENCE_COUNT as f64;
-        let steadiness = if s.mean > 0.0 {
-            1.0 - (s.abs_dev / s.mean).min(1.0)
+        let (median, spread) = (s.median(), s.spread());
+        let steadiness = if median > 0.0 {
+            1.0 - (spread / median).min(1.0)
         } else {
             1.0
         };
         Some(Prediction {
-            expected_ns: s.mean.round() as Ns,
-            spread_ns: s.abs_dev.round() as Ns,
+            expected_ns: median.round() as Ns,
+            spread_ns: spread.round() as Ns,
             confidence: seen * steadiness,
         })
     }

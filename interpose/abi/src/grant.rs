@@ -1,5 +1,4 @@
-//! The per-GPU grant control block of the side-task gate (RESERVED: layout fixed here, the gate
-//! and the scheduler that use it come in a later issue).
+//! The per-GPU grant control block of the side-task gate and the SDK.
 //!
 //! File `grant-gpu<N>` in the session directory, [`GRANT_FILE_SIZE`] bytes, written by the agent
 //! only, read by side-task interposers on every launch:
@@ -16,7 +15,11 @@
 //! | 80 | 8 | `budget_ns`: GPU time the side tasks may queue in this grant |
 //! | 88 | 8 | `mem_budget_bytes`: device memory side tasks may hold |
 //! | 96 | 8 | `heartbeat_ns`: last time the agent touched the block (stale => closed) |
-//! | 104 | 8 | `min_priority`: SDK side tasks of a lower priority start no work in this grant (0: all) |
+//! | 104 | 8 | `min_priority`: side tasks of a lower priority start no work in this grant (0: all) |
+//! | 112 | 8 | `side_mem_held_bytes`: device memory all side tasks on this GPU hold, as the agent last saw it |
+//!
+//! `mem_budget_bytes` is for all the GPU's side tasks together: one process may hold what the
+//! others leave of it ([`Grant::mem_limit_for`]).
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub const GRANT_MAGIC: u64 = u64::from_le_bytes(*b"FRGRANT\x01");
@@ -39,13 +42,15 @@ pub struct GrantBlock {
     pub mem_budget_bytes: AtomicU64,
     pub heartbeat_ns: AtomicU64,
     pub min_priority: AtomicU64,
-    _r1: [u64; 2],
+    pub side_mem_held_bytes: AtomicU64,
+    _r1: [u64; 1],
 }
 
 const _: () = assert!(std::mem::offset_of!(GrantBlock, epoch) == 64);
+const _: () = assert!(std::mem::offset_of!(GrantBlock, side_mem_held_bytes) == 112);
 const _: () = assert!(std::mem::size_of::<GrantBlock>() <= GRANT_FILE_SIZE);
 
-/// A consistent copy of a grant (placeholder for the gate of a later issue).
+/// A consistent copy of a grant.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Grant {
     pub open: bool,
@@ -56,6 +61,22 @@ pub struct Grant {
     pub epoch: u64,
     /// Side tasks of a lower priority start no work in this grant (0: every task may).
     pub min_priority: u64,
+    /// Device memory the GPU's side tasks hold together, as the agent last saw it.
+    pub side_mem_held_bytes: u64,
+}
+
+impl Grant {
+    /// The device memory a side task that holds `own_held` bytes may hold in all: the GPU's
+    /// side-task budget less what the others hold (the agent's total less this task's own bytes;
+    /// the agent sees allocations within about a poll period, so two tasks allocating at once can
+    /// both pass within that window). 0 when the agent sets no budget.
+    pub fn mem_limit_for(&self, own_held: u64) -> u64 {
+        if self.mem_budget_bytes == 0 {
+            return 0;
+        }
+        let others = self.side_mem_held_bytes.saturating_sub(own_held);
+        self.mem_budget_bytes.saturating_sub(others).max(1)
+    }
 }
 
 impl GrantBlock {
@@ -79,6 +100,7 @@ impl GrantBlock {
             heartbeat_ns: self.heartbeat_ns.load(Ordering::Relaxed),
             epoch: e1,
             min_priority: self.min_priority.load(Ordering::Relaxed),
+            side_mem_held_bytes: self.side_mem_held_bytes.load(Ordering::Relaxed),
         };
         std::sync::atomic::fence(Ordering::Acquire);
         (self.epoch.load(Ordering::Relaxed) == e1).then_some(g)
@@ -137,5 +159,25 @@ impl GrantBlock {
     /// The current epoch (pass it to [`GrantBlock::wait_for_change`]).
     pub fn epoch_now(&self) -> u64 {
         self.epoch.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_may_hold_what_the_others_leave_of_the_gpus_budget() {
+        let g = |budget, held| Grant {
+            mem_budget_bytes: budget,
+            side_mem_held_bytes: held,
+            ..Grant::default()
+        };
+        // No budget set by the agent.
+        assert_eq!(g(0, 500).mem_limit_for(10), 0);
+        // 100 for all; 60 held in all, 20 of them by this task: the others hold 40.
+        assert_eq!(g(100, 60).mem_limit_for(20), 60);
+        // The others hold everything: at least one byte, never "no budget".
+        assert_eq!(g(100, 150).mem_limit_for(0), 1);
     }
 }

@@ -113,6 +113,8 @@ pub struct GrantFields {
     pub mem_budget_bytes: u64,
     /// See [`crate::grant::Grant::min_priority`].
     pub min_priority: u64,
+    /// See [`crate::grant::Grant::side_mem_held_bytes`].
+    pub side_mem_held_bytes: u64,
 }
 
 impl GrantWriter {
@@ -164,6 +166,8 @@ impl GrantWriter {
         b.mem_budget_bytes
             .store(f.mem_budget_bytes, Ordering::Relaxed);
         b.min_priority.store(f.min_priority, Ordering::Relaxed);
+        b.side_mem_held_bytes
+            .store(f.side_mem_held_bytes, Ordering::Relaxed);
         b.heartbeat_ns.store(now_ns(), Ordering::Relaxed);
         b.epoch.store((e | 1) + 1, Ordering::Release);
         b.wake_all();
@@ -177,7 +181,7 @@ impl GrantWriter {
             open_until_ns: until,
             budget_ns,
             mem_budget_bytes,
-            min_priority: 0,
+            ..Default::default()
         });
         until
     }

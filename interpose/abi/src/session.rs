@@ -3,7 +3,7 @@
 //! * Default: `/dev/shm/freeride-<uid>`, mode 0700, owned by the user; `FREERIDE_DIR` overrides.
 //! * `ring-<pid>-<start_ns>.ring`: one event ring per process instance (a new one after fork or
 //!   exec: the pid alone is not unique across exec).
-//! * `grant-gpu<N>`: the per-GPU grant control block of the side-task gate (reserved, see
+//! * `grant-gpu<N>`: the per-GPU grant control block of the side-task gate (see
 //!   [`crate::grant`]).
 //! * `agent.pid`: reserved for the agent.
 use std::ffi::CString;

@@ -27,6 +27,20 @@ pub struct Now {
     pub open_until_ns: u64,
     pub budget_ns: u64,
     pub mem_budget_bytes: u64,
+    /// What all side tasks on the GPU hold (see [`Grant::mem_limit_for`]).
+    pub side_mem_held_bytes: u64,
+}
+
+impl Now {
+    /// The memory this process may hold in all, holding `own_held` (0: no budget from the agent).
+    pub fn mem_limit_for(&self, own_held: u64) -> u64 {
+        Grant {
+            mem_budget_bytes: self.mem_budget_bytes,
+            side_mem_held_bytes: self.side_mem_held_bytes,
+            ..Grant::default()
+        }
+        .mem_limit_for(own_held)
+    }
 }
 
 impl Default for GrantView {
@@ -91,8 +105,10 @@ impl GrantView {
         }
     }
 
-    /// The grant as it stands at `now`; `device` picks the file on first use.
-    pub fn now(&mut self, now: u64, device: i32, stale_ns: u64) -> Now {
+    /// The grant as it stands at `now` for a side task of `priority`; `device` picks the file on
+    /// first use. A grant whose `min_priority` is above `priority` reads closed (it is reserved for
+    /// more important side tasks).
+    pub fn now(&mut self, now: u64, device: i32, stale_ns: u64, priority: u64) -> Now {
         self.ensure_path(device);
         if self.map.is_none() {
             self.recheck(now);
@@ -101,10 +117,11 @@ impl GrantView {
             let g = v.snapshot()?;
             let fresh = now.saturating_sub(g.heartbeat_ns) <= stale_ns;
             Some(Now {
-                open: g.open && fresh && g.open_until_ns > now,
+                open: g.open && fresh && g.open_until_ns > now && g.min_priority <= priority,
                 open_until_ns: g.open_until_ns,
                 budget_ns: g.budget_ns,
                 mem_budget_bytes: g.mem_budget_bytes,
+                side_mem_held_bytes: g.side_mem_held_bytes,
             })
         };
         match read(self) {

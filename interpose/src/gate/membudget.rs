@@ -3,8 +3,9 @@
 //! pointer, which is our wrapper, and the check does not depend on the re-entrancy guard).
 //!
 //! The limit is `FREERIDE_MEM_BUDGET_MB` (unset or 0: none) and, when nonzero, the grant block's
-//! `mem_budget_bytes` (the smaller wins). It is per process: the agent's per-GPU figure is applied
-//! to each side-task process on that GPU. An allocation that would take the bytes held over the
+//! `mem_budget_bytes` less what the GPU's other side tasks hold (the agent's `side_mem_held_bytes`
+//! less this process's own bytes; see `Grant::mem_limit_for`), the smaller wins: the agent's
+//! figure is for all the GPU's side tasks together. An allocation that would take the bytes held over the
 //! limit fails with `CUDA_ERROR_OUT_OF_MEMORY` without reaching the real allocator; a trainer
 //! never reaches this module. Bytes are reserved before the real call (so two threads cannot both
 //! squeeze under the limit) and given back if it fails. Held bytes per pointer live in a fixed

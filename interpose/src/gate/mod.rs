@@ -15,7 +15,9 @@
 //!    launch and one recorded just after it, per function; never the kernel's arguments);
 //! 2. reads the grant ([`grant`]): open, heartbeat fresh (<= `FREERIDE_GATE_STALE_MS`, default
 //!    100 ms: the agent touches it every ~50 µs) and before its deadline. A missing file or a
-//!    stale heartbeat means CLOSED: a side task never runs ungoverned;
+//!    stale heartbeat means CLOSED: a side task never runs ungoverned; so does a grant whose
+//!    `min_priority` is above this task's `FREERIDE_PRIORITY` (default 0: such grants are kept
+//!    for more important side tasks);
 //! 3. admits the launch iff, with `q` = the estimated GPU ns of its unfinished launches and
 //!    `e` = this launch's estimate (`FREERIDE_GATE_DEFAULT_US`, default 1000 µs, until the function
 //!    has completed once):
@@ -68,6 +70,8 @@ pub struct Config {
     pub ahead_ns: u64,
     pub stale_ns: u64,
     pub starve_ns: u64,
+    /// `FREERIDE_PRIORITY` (default 0): grants reserved for more important side tasks read closed.
+    pub priority: u64,
     pub verbose: bool,
 }
 
@@ -100,6 +104,7 @@ fn config() -> Option<&'static Config> {
                 ahead_ns: env_u64("FREERIDE_GATE_AHEAD_US", 2000).max(1) * 1000,
                 stale_ns: env_u64("FREERIDE_GATE_STALE_MS", 100).max(1) * 1_000_000,
                 starve_ns: env_u64("FREERIDE_GATE_STARVE_MS", 200) * 1_000_000,
+                priority: env_u64("FREERIDE_PRIORITY", 0),
                 verbose: std::env::var("FREERIDE_GATE_VERBOSE").is_ok_and(|v| v == "1"),
             });
             ENABLED.store(if off { 2 } else { 1 }, Ordering::Relaxed);
@@ -211,7 +216,7 @@ fn decide(cfg: &Config, now: u64, stream: u64, key: u64, waited_ns: u64) -> Deci
     }
     let dur = &mut st.dur;
     let pend = inflight::retire(d, now, |k, ns| dur.learn(k, ns));
-    let g = st.grant.now(now, device(), cfg.stale_ns);
+    let g = st.grant.now(now, device(), cfg.stale_ns, cfg.priority);
     if !g.open {
         return Decision::Wait;
     }
@@ -311,10 +316,11 @@ pub fn mem_reserve(bytes: usize) -> bool {
     let grant_bytes = {
         let mut l = lock();
         let stale = config().map_or(100_000_000, |c| c.stale_ns);
+        // Memory is not a matter of priority: any task may allocate within the GPU's budget.
         l.inner()
             .grant
-            .now(now_ns(), device(), stale)
-            .mem_budget_bytes
+            .now(now_ns(), device(), stale, u64::MAX)
+            .mem_limit_for(membudget::held())
     };
     membudget::reserve(bytes as u64, membudget::limit(grant_bytes))
 }

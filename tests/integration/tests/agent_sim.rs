@@ -1,12 +1,14 @@
 //! The agent's bubble inference end to end: `freeride sim` runs pipesim under libfreeride.so with the
 //! agent and scores the agent's bubbles against the simulated GPU's ground truth.
 //!
-//! Bounds: the project's targets are precision and recall >= 0.95 (scripts/bench-inference measures
-//! the whole matrix). CI runs on a busy 2-core machine beside other tests, where the simulated GPU's
-//! hops get slower and the short hop gaps the agent learns of late weigh more, so here precision must
-//! be >= 0.95 and recall >= 0.85 (interleaved 1F1B with p = 2 measures 0.85-0.95 across runs): a
-//! detector that opened bubbles at the wrong ops, missed the receive waits or kept them open falls far
-//! below either.
+//! Bounds: the project's targets are precision and recall >= 0.95 for the inferred bubbles
+//! (scripts/bench-inference measures the whole matrix: 0.99-1.00 / 0.94-1.00). CI runs on a busy
+//! 2-core machine beside other tests, where the simulated GPU's cross-stream hops get slower (the
+//! few µs before a communication op begins on the GPU are idle time the agent cannot see), so here
+//! precision must be >= 0.95 and recall >= 0.90: a detector that opened bubbles at the wrong ops,
+//! missed the receive waits, ended them at the op's end while the host still slept, or kept them
+//! open past the next compute falls far below either. The live view (when the agent learnt of each
+//! edge) must keep precision >= 0.85: a scheduler acting on it is mostly right.
 use freeride_tests::built;
 use serde_json::Value;
 use std::process::Command;
@@ -40,7 +42,9 @@ fn check_inference(args: &[&str]) {
         inf["recall"].as_f64().unwrap(),
     );
     assert!(p >= 0.95, "precision {p} < 0.95 for {args:?}: {r}");
-    assert!(rc >= 0.85, "recall {rc} < 0.85 for {args:?}: {r}");
+    assert!(rc >= 0.90, "recall {rc} < 0.90 for {args:?}: {r}");
+    let lp = inf["live_precision"].as_f64().unwrap();
+    assert!(lp >= 0.85, "live precision {lp} < 0.85 for {args:?}: {r}");
     assert!(inf["bubbles"].as_u64().unwrap() > 0, "{r}");
     assert_eq!(r["agent"]["dropped"].as_u64(), Some(0), "{r}");
     for k in ["schedule", "stages", "microbatches", "truth", "inference"] {
@@ -120,7 +124,8 @@ fn zero_bubble_blocking() {
     ]);
 }
 
-/// A job that changes its micro-batch count mid-run: predictions are right again within 3 iterations.
+/// A job that changes its micro-batch count mid-run: predictions are right again within 3 iterations
+/// (scored up to the job's last iteration, see `freeride sim`'s `change`).
 #[test]
 fn a_changed_job_is_relearnt_within_three_iterations() {
     let r = sim(&[
@@ -131,7 +136,7 @@ fn a_changed_job_is_relearnt_within_three_iterations() {
         "--microbatches",
         "8",
         "--iterations",
-        "7",
+        "8",
         "--change-at",
         "3",
         "--then-microbatches",

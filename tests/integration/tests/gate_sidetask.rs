@@ -3,7 +3,7 @@
 //! `FREERIDE_ROLE=sidetask`, with grant blocks written here as the agent would.
 //! Bounds are checked against the truth's GPU-timeline start/end of every kernel. The gate never
 //! sees kernel durations (kernelParams[0]); it learns them from its own completion events.
-use freeride_abi::grant_shm::GrantWriter;
+use freeride_abi::grant_shm::{GrantFields, GrantWriter};
 use freeride_abi::now_ns;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -391,4 +391,84 @@ fn no_agent_holds_the_sidetask_and_gate_off_runs_freely() {
         200,
         "FREERIDE_GATE=off must run every kernel"
     );
+}
+
+#[test]
+fn a_grant_kept_for_more_important_tasks_holds_a_less_important_one() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let bed = Bed::new("priority");
+    let w = Arc::new(GrantWriter::create(&bed.session, 0).unwrap());
+    let _hb = heart(&w);
+    let (low, _lo) = bed.start_loop(&[("FREERIDE_PRIORITY", "1")]);
+    let (high, _ho) = bed.start_loop(&[("FREERIDE_PRIORITY", "5")]);
+    // Four grants of 20 ms reserved for priority >= 5.
+    let (first, mut last) = (now_ns(), 0);
+    for _ in 0..4 {
+        let t = now_ns();
+        let until = t + 20 * MS;
+        w.publish(GrantFields {
+            open: true,
+            open_until_ns: until,
+            budget_ns: 20 * MS,
+            min_priority: 5,
+            ..GrantFields::default()
+        });
+        sleep_until(until);
+        w.close(0);
+        last = until;
+        sleep_until(t + 60 * MS);
+    }
+    let (low_pid, high_pid) = (low.id(), high.id());
+    kill(low);
+    kill(high);
+    let in_grants = |pid| {
+        bed.kernels(pid)
+            .iter()
+            .filter(|k| k.0 >= first && k.0 <= last + SCHED_SLACK)
+            .count()
+    };
+    let (lo, hi) = (in_grants(low_pid), in_grants(high_pid));
+    eprintln!("priority: low ran {lo} kernels, high {hi}");
+    assert_eq!(
+        lo, 0,
+        "the priority-1 task ran in grants kept for priority 5"
+    );
+    assert!(hi >= 16, "the priority-5 task ran only {hi} kernels");
+}
+
+#[test]
+fn the_memory_budget_is_for_all_the_gpus_side_tasks_together() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let bed = Bed::new("mem-shared");
+    let w = Arc::new(GrantWriter::create(&bed.session, 0).unwrap());
+    let _hb = heart(&w);
+    // 64 MiB for the GPU's side tasks, of which the others hold 48 MiB: 16 MiB are left here.
+    w.publish(GrantFields {
+        mem_budget_bytes: 64 << 20,
+        side_mem_held_bytes: 48 << 20,
+        ..GrantFields::default()
+    });
+    let run = |args: &[&str]| {
+        let o = bed.cmd("sidetask", args, &[]).output().unwrap();
+        assert!(o.status.success());
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    // 32 > 16 left -> cudaErrorMemoryAllocation (2); 16 fits.
+    assert_eq!(run(&["mem", "32", "16"]), ["2", "0"], "side task results");
+    // The others hold the whole budget: nothing is left.
+    w.publish(GrantFields {
+        mem_budget_bytes: 64 << 20,
+        side_mem_held_bytes: 64 << 20,
+        ..GrantFields::default()
+    });
+    assert_eq!(run(&["mem", "1"]), ["2"]);
+    // The others let go: the whole budget is this task's.
+    w.publish(GrantFields {
+        mem_budget_bytes: 64 << 20,
+        ..GrantFields::default()
+    });
+    assert_eq!(run(&["mem", "32", "32", "1"]), ["0", "0", "2"]);
 }

@@ -248,7 +248,9 @@ fn transfers_follow_the_model() {
     );
 }
 
-/// One stage: no point-to-point traffic, a world-size-1 all-reduce, no idle time.
+/// One stage: no point-to-point traffic, a world-size-1 all-reduce, no idle time. F = B = W =
+/// 10 ms: with 5 ms kernels the host's hops (2.8 ms seen on a busy machine) exceeded 5 % of the
+/// 45 ms iteration.
 #[test]
 fn single_stage() {
     check(
@@ -259,14 +261,8 @@ fn single_stage() {
             "1",
             "--microbatches",
             "3",
-            "--f",
-            "5",
-            "--b",
-            "5",
-            "--w",
-            "5",
         ],
-        45.0,
+        90.0,
         0.0,
     );
 }
