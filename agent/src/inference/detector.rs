@@ -299,16 +299,7 @@ mod tests {
 
     fn op(d: &mut Detector, id: u64, sig: CommSig, issue: Ns, begin: Ns, end: Ns) {
         d.observe(Obs::CommIssue { t: issue, id, sig });
-        d.observe(Obs::CommBegin {
-            id,
-            t: begin,
-            seen: begin + 50,
-        });
-        d.observe(Obs::CommEnd {
-            id,
-            t: end,
-            seen: end + 50,
-        });
+        op_begin_end(d, id, begin, end);
     }
 
     #[test]
@@ -439,7 +430,6 @@ mod tests {
         assert!(d.open_now().is_none());
         let b = d.take_closed();
         assert_eq!((b[0].start, b[0].end), (100, 1_300));
-        // The next time the bubble at this position is predicted to last until the launch.
     }
 
     #[test]
