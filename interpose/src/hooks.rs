@@ -835,6 +835,9 @@ pub unsafe extern "C" fn cudaGraphLaunch_ptsz(exec: P, stream: P) -> c_int {
 /// Synchronize call: recorded after it returns, with its start time.
 #[inline(always)]
 fn sync_event(g: &Option<rt::Entered>, api: Api, t0: u64, handle: P, r: c_int) {
+    if g.is_some() && rt::is_sidetask() {
+        crate::gate::after_sync();
+    }
     if g.is_some() && rt::active() {
         rt::record(
             Kind::Sync,

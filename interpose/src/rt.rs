@@ -136,6 +136,14 @@ fn shm_view() -> Option<RingView> {
     Some(unsafe { RingView::new(base, Geometry { capacity: cap }) })
 }
 
+/// Publishes the side-task gate's status in this process's ring header (no ring: nothing).
+/// Atomic stores only.
+pub fn publish_gate_status(g: ring::GateStatus) {
+    if let Some(v) = shm_view() {
+        v.header().publish_gate_status(g);
+    }
+}
+
 /// Pushes a complete record to the shared ring and the trace ring. No lock, no system call.
 #[inline(always)]
 pub fn push(rec: &Record) {
