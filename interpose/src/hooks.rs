@@ -447,7 +447,10 @@ pub fn is_wrapper(p: *mut c_void) -> bool {
 pub fn set_real(h: &Hook, r: usize) -> bool {
     let slot = &REALS[h.api as usize];
     match slot.compare_exchange(0, r, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => true,
+        Ok(_) => {
+            dl::pin_owner(r as *const c_void);
+            true
+        }
         Err(cur) => cur == r,
     }
 }

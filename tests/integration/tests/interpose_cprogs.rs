@@ -111,6 +111,14 @@ fn bin() -> &'static Path {
         cc(&[
             "-O1",
             "-o",
+            &out("dlclose"),
+            &sp("prog_dlclose.c"),
+            "-ldl",
+            "-lpthread",
+        ]);
+        cc(&[
+            "-O1",
+            "-o",
             &out("rtld_next"),
             &sp("prog_rtld_next.c"),
             &libdir,
@@ -146,7 +154,7 @@ fn run_with(prog: &str, args: &[&str], env: &[(&str, &str)], with_preload: bool)
         .env("LD_LIBRARY_PATH", d.join("lib"))
         .env("FREERIDE_TRACE", &trace)
         .env("FREERIDE_DIR", &sess);
-    if prog == "nccl_local" {
+    if prog == "nccl_local" || prog == "dlclose" {
         // The fake GPU's ground truth (fopen per kernel: not for the signal test).
         c.env("FAKE_GT", work.join("gt.jsonl"));
     }
@@ -348,6 +356,28 @@ fn nccl_in_a_local_scope_with_gpu_side_timing() {
             );
         }
     }
+}
+
+/// A framework that dlcloses libnccl / libcudart and opens them again, while the interposer holds
+/// real pointers into them (without the pin in `dl::pin_owner`, the NCCL run crashes in the
+/// reloaded library's first call and the reloaded runtime's launches go unrecorded).
+#[test]
+fn dlclose_and_reload_of_nccl_and_the_runtime() {
+    let r = run_with("dlclose", &["nccl"], &[], true);
+    assert_eq!(r.stdout.trim(), "OK pinned=1", "{}", r.stdout);
+    let m = counts(&r.events);
+    assert_eq!(get(&m, "comm", "ncclSend"), 8, "{m:?}");
+    assert_eq!(get(&m, "comm", "ncclRecv"), 6);
+    assert_eq!(get(&m, "comm", "ncclAllReduce"), 2);
+    assert_eq!(get(&m, "launch", "cuLaunchKernel"), 16);
+    let r = run_with("dlclose", &["cudart"], &[], true);
+    assert_eq!(r.stdout.trim(), "OK pinned=1", "{}", r.stdout);
+    let m = counts(&r.events);
+    assert_eq!(get(&m, "launch", "cudaLaunchKernel"), 200, "{m:?}");
+    assert_eq!(total(&m, "launch"), 200, "{m:?}");
+    // Without freeride the same program unloads the libraries (nothing else holds them).
+    let plain = run_with("dlclose", &["nccl"], &[], false);
+    assert_eq!(plain.stdout.trim(), "OK pinned=0");
 }
 
 #[test]
