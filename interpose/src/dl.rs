@@ -72,7 +72,8 @@ pub fn sym_in_loaded(lib: &CStr, name: &CStr) -> *mut c_void {
 /// pointer cached in [`crate::hooks`] must never dangle, even when the program `dlclose`s that
 /// library (frameworks unload and reload libnccl/libcudart). One `dlopen(RTLD_NOLOAD)` whose handle
 /// is never closed, taken once per hooked function when its real pointer is first cached (slow
-/// path; not on a launch).
+/// path; not on a launch). `addr` is only looked up by the loader, never dereferenced.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub fn pin_owner(addr: *const c_void) {
     if addr.is_null() {
         return;
