@@ -22,6 +22,8 @@ static SHM_BASE: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
 static SHM_CAP: AtomicU64 = AtomicU64::new(0);
 static SHM_REPORTED_DROPS: AtomicU64 = AtomicU64::new(0);
 static PID: AtomicU32 = AtomicU32::new(0);
+/// The pid of the process whose thread last began [`init`].
+static INIT_PID: AtomicU32 = AtomicU32::new(0);
 static PROC_DEVICE: AtomicI32 = AtomicI32::new(-1);
 static HANDLERS_REGISTERED: AtomicBool = AtomicBool::new(false);
 
@@ -302,10 +304,24 @@ pub fn launch(api: Api, stream: u64, func: u64, grid: [u32; 3], block: [u32; 3],
 // Slow path: initialization, fork, exit.
 
 fn init() {
+    // SAFETY: getpid has no preconditions (slow path: once per process, or per waiting thread).
+    let me = unsafe { libc::getpid() } as u32;
+    // Who initializes, stored before the claim: a thread that finds INITING set by another pid is
+    // in a fork child of a process that forked while one of its threads was initializing (before
+    // the fork handler below existed): that initialization will never finish here.
+    let initer = INIT_PID.swap(me, Ordering::AcqRel);
     if STATE
         .compare_exchange(UNINIT, INITING, Ordering::AcqRel, Ordering::Acquire)
         .is_err()
     {
+        if initer != me
+            && initer != 0
+            && STATE
+                .compare_exchange(INITING, UNINIT, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            return init();
+        }
         // Another thread is initializing: wait a little (once per process), never forever.
         let t0 = now_ns();
         while STATE.load(Ordering::Acquire) == INITING && now_ns() - t0 < 50_000_000 {
@@ -313,6 +329,8 @@ fn init() {
         }
         return;
     }
+    // First, so that a fork at any later point of the initialization resets the child.
+    register_handlers();
     let st = do_init();
     STATE.store(st, Ordering::Release);
     if st != OFF {
@@ -373,7 +391,6 @@ fn do_init() -> u8 {
     if SHM_BASE.load(Ordering::Relaxed).is_null() && !trace::enabled() {
         return OFF;
     }
-    register_handlers();
     if role == Role::Sidetask {
         SIDETASK
     } else {
