@@ -4,6 +4,7 @@ use clap::Args;
 use freeride_abi::{now_ns, session};
 use freeride_agent::grants::GrantPolicy;
 use freeride_agent::node::Node;
+use freeride_agent::watchdog::WatchdogPolicy;
 use freeride_agent::{report, status};
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -34,6 +35,14 @@ pub struct AgentArgs {
     /// Memory kept free for the trainer's growth on every GPU, in MiB.
     #[arg(long, value_name = "MIB", default_value_t = 1024)]
     mem_reserve_mib: u64,
+    /// Kill a side task whose oldest in-flight launch is this many ms past the time its gate
+    /// admitted it for (stuck in a kernel, or stopped making progress); 0: never.
+    #[arg(long, value_name = "MS", default_value_t = 2000)]
+    sidetask_hang_ms: u64,
+    /// Kill a side task that holds more device memory than its GPU's budget (--gpu-mem-mib) for
+    /// this many ms.
+    #[arg(long, value_name = "MS", default_value_t = 2000)]
+    sidetask_mem_grace_ms: u64,
     /// Append every bubble found to PATH as JSON lines (for `freeride report`).
     #[arg(long, value_name = "PATH")]
     bubble_log: Option<PathBuf>,
@@ -142,12 +151,16 @@ pub fn main(a: AgentArgs) -> i32 {
         },
         None => None,
     };
-    let mut node = Node::with_grants(
+    let mut node = Node::with_grants_and_watchdog(
         &dir,
         GrantPolicy {
             gpu_mem_bytes: a.gpu_mem_mib.map(|m| m << 20),
             mem_reserve_bytes: a.mem_reserve_mib << 20,
             ..GrantPolicy::default()
+        },
+        WatchdogPolicy {
+            hang_ns: a.sidetask_hang_ms.saturating_mul(1_000_000),
+            mem_grace_ns: a.sidetask_mem_grace_ms.saturating_mul(1_000_000),
         },
     );
     let mut last_publish = 0u64;
@@ -168,10 +181,11 @@ pub fn main(a: AgentArgs) -> i32 {
         if now.saturating_sub(last_publish) >= 100_000_000 {
             last_publish = now;
             let (gpus, procs) = (node.gpus(), node.processes());
-            if let Err(e) = status::publish(
-                &dir,
-                &status::to_json(now, std::process::id(), &gpus, &procs),
-            ) {
+            let mut state = status::to_json(now, std::process::id(), &gpus, &procs);
+            if let Some(wd) = node.watchdog() {
+                state["sidetasks"] = status::watchdog_json(wd);
+            }
+            if let Err(e) = status::publish(&dir, &state) {
                 eprintln!("freeride agent: cannot publish state: {e}");
             }
             if let Some(w) = &mut log {
@@ -179,6 +193,9 @@ pub fn main(a: AgentArgs) -> i32 {
             }
             if let Ok(mut m) = metrics.lock() {
                 *m = status::prometheus(&gpus, &procs);
+                if let Some(wd) = node.watchdog() {
+                    m.push_str(&status::watchdog_prometheus(wd));
+                }
             }
         }
         std::thread::sleep(Duration::from_micros(a.poll_us.max(1)));

@@ -99,6 +99,8 @@ pub struct Grants {
     /// Grants opened so far, per GPU.
     pub opened: BTreeMap<i32, u64>,
     pub warnings: Vec<String>,
+    /// Device memory the trainer of each GPU held at the last update.
+    trainer_mem: BTreeMap<i32, u64>,
 }
 
 impl Grants {
@@ -111,6 +113,22 @@ impl Grants {
             tasks_read_ns: 0,
             opened: BTreeMap::new(),
             warnings: vec![],
+            trainer_mem: BTreeMap::new(),
+        }
+    }
+
+    /// The side tasks' memory budget on GPU `device` now (`None`: no budget, or no trainer seen).
+    pub fn mem_budget_of(&self, device: i32) -> Option<u64> {
+        self.policy.gpu_mem_bytes?;
+        let mem = self.trainer_mem.get(&device)?;
+        Some(self.policy.mem_budget(*mem))
+    }
+
+    /// Drops a side task that ended from the scheduler's view at once (its priority and step
+    /// size no longer shape the grants), without waiting for the next status scan.
+    pub fn forget(&mut self, pid: u32) {
+        for tasks in self.tasks.values_mut() {
+            tasks.retain(|t| t.pid != pid);
         }
     }
 
@@ -128,6 +146,7 @@ impl Grants {
         if device < 0 {
             return;
         }
+        self.trainer_mem.insert(device, trainer_mem);
         if !self.writers.contains_key(&device) {
             match GrantWriter::create(&self.dir, device as u32) {
                 Ok(w) => {

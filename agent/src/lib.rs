@@ -1,5 +1,6 @@
 //! The freeride agent's library: bubble inference and the pieces the `freeride` binary is built from.
 pub mod collect;
+pub mod evict;
 pub mod grants;
 pub mod inference;
 pub mod node;
@@ -8,3 +9,4 @@ pub mod sidetasks;
 pub mod sim;
 pub mod status;
 pub mod timeline;
+pub mod watchdog;

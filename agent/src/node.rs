@@ -4,6 +4,7 @@ use crate::collect::{Collector, ProcessView, TrainerObs};
 use crate::grants::{GrantPolicy, Grants};
 use crate::inference::detector::OpenBubble;
 use crate::inference::{Bubble, Detector, Ns};
+use crate::watchdog::{Watchdog, WatchdogPolicy};
 use freeride_abi::Role;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -47,6 +48,8 @@ pub struct Node {
     totals: BTreeMap<i32, (u64, u64)>,
     /// The side tasks' grants, when this node schedules them.
     grants: Option<Grants>,
+    /// Evicts side tasks that crash, hang or hold too much memory (with grants).
+    watchdog: Option<Watchdog>,
 }
 
 impl Node {
@@ -58,15 +61,32 @@ impl Node {
             closed: Vec::new(),
             totals: BTreeMap::new(),
             grants: None,
+            watchdog: None,
         }
     }
 
-    /// A node that also grants its GPUs' bubbles to side tasks (grant blocks in `dir`).
+    /// A node that also grants its GPUs' bubbles to side tasks (grant blocks in `dir`), with the
+    /// side-task watchdog's default policy.
     pub fn with_grants(dir: &Path, policy: GrantPolicy) -> Node {
+        Node::with_grants_and_watchdog(dir, policy, WatchdogPolicy::default())
+    }
+
+    /// As [`Node::with_grants`], with the watchdog's deadlines given.
+    pub fn with_grants_and_watchdog(
+        dir: &Path,
+        policy: GrantPolicy,
+        watchdog: WatchdogPolicy,
+    ) -> Node {
         Node {
             grants: Some(Grants::new(dir, policy)),
+            watchdog: Some(Watchdog::new(dir, watchdog)),
             ..Node::new(dir)
         }
+    }
+
+    /// The watchdog (evictions and lost side tasks so far), when this node schedules side tasks.
+    pub fn watchdog(&self) -> Option<&Watchdog> {
+        self.watchdog.as_ref()
     }
 
     /// Grants opened so far, per GPU.
@@ -119,6 +139,12 @@ impl Node {
                     .collect();
                 grants.update(now, t.device, t.detector.open_now(), mem, &side);
             }
+            if let Some(wd) = &mut self.watchdog {
+                wd.check(now, &procs, |d| grants.mem_budget_of(d));
+                for pid in wd.take_ended() {
+                    grants.forget(pid);
+                }
+            }
         }
         self.obs.len()
     }
@@ -133,6 +159,9 @@ impl Node {
         let mut w = std::mem::take(&mut self.collector.warnings);
         if let Some(g) = &mut self.grants {
             w.append(&mut g.warnings);
+        }
+        if let Some(wd) = &mut self.watchdog {
+            w.append(&mut wd.take_log());
         }
         w
     }

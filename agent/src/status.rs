@@ -2,6 +2,7 @@
 //! Prometheus text (for the node's monitoring).
 use crate::collect::ProcessView;
 use crate::node::GpuState;
+use crate::watchdog::{Reason, Watchdog};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -36,6 +37,43 @@ pub fn to_json(now_ns: u64, agent_pid: u32, gpus: &[GpuState], procs: &[ProcessV
             "invalid": p.invalid,
         })).collect::<Vec<_>>(),
     })
+}
+
+/// The side-task watchdog's counters, as `agent-status.json` holds them (`"sidetasks"`).
+pub fn watchdog_json(w: &Watchdog) -> Value {
+    json!({
+        "watched": w.watching(),
+        "lost": w.lost,
+        "evicted": {
+            "hung": w.evicted.get(&Reason::Hung).copied().unwrap_or(0),
+            "over_memory": w.evicted.get(&Reason::OverMemory).copied().unwrap_or(0),
+        },
+    })
+}
+
+/// Prometheus text of the side-task watchdog's counters.
+pub fn watchdog_prometheus(w: &Watchdog) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# HELP freeride_sidetask_evictions_total Side tasks the agent killed, by reason (hung, over_memory)."
+    );
+    let _ = writeln!(s, "# TYPE freeride_sidetask_evictions_total counter");
+    for r in [Reason::Hung, Reason::OverMemory] {
+        let _ = writeln!(
+            s,
+            "freeride_sidetask_evictions_total{{reason=\"{}\"}} {}",
+            r.name(),
+            w.evicted.get(&r).copied().unwrap_or(0)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "# HELP freeride_sidetasks_lost_total Side tasks that died without exiting (crashes)."
+    );
+    let _ = writeln!(s, "# TYPE freeride_sidetasks_lost_total counter");
+    let _ = writeln!(s, "freeride_sidetasks_lost_total {}", w.lost);
+    s
 }
 
 /// Writes `value` to `dir/STATUS_FILE` atomically (a reader never sees half a file).

@@ -68,6 +68,27 @@ pub fn sym_in_loaded(lib: &CStr, name: &CStr) -> *mut c_void {
     r
 }
 
+/// Keeps the library that defines `addr` loaded for the life of the process: a real function
+/// pointer cached in [`crate::hooks`] must never dangle, even when the program `dlclose`s that
+/// library (frameworks unload and reload libnccl/libcudart). One `dlopen(RTLD_NOLOAD)` whose handle
+/// is never closed, taken once per hooked function when its real pointer is first cached (slow
+/// path; not on a launch). `addr` is only looked up by the loader, never dereferenced.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub fn pin_owner(addr: *const c_void) {
+    if addr.is_null() {
+        return;
+    }
+    // SAFETY: an all-zero Dl_info is a valid out-parameter.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only writes `info`; any address may be asked about.
+    if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
+        return;
+    }
+    // SAFETY: dli_fname is the loader's NUL-terminated path of a loaded object; NOLOAD never loads
+    // anything new, it only takes a reference (deliberately never released).
+    let _ = unsafe { libc::dlopen(info.dli_fname, libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+}
+
 #[cfg(target_arch = "x86_64")]
 #[unsafe(naked)]
 #[no_mangle]

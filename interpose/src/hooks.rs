@@ -447,7 +447,10 @@ pub fn is_wrapper(p: *mut c_void) -> bool {
 pub fn set_real(h: &Hook, r: usize) -> bool {
     let slot = &REALS[h.api as usize];
     match slot.compare_exchange(0, r, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => true,
+        Ok(_) => {
+            dl::pin_owner(r as *const c_void);
+            true
+        }
         Err(cur) => cur == r,
     }
 }
@@ -835,6 +838,9 @@ pub unsafe extern "C" fn cudaGraphLaunch_ptsz(exec: P, stream: P) -> c_int {
 /// Synchronize call: recorded after it returns, with its start time.
 #[inline(always)]
 fn sync_event(g: &Option<rt::Entered>, api: Api, t0: u64, handle: P, r: c_int) {
+    if g.is_some() && rt::is_sidetask() {
+        crate::gate::after_sync();
+    }
     if g.is_some() && rt::active() {
         rt::record(
             Kind::Sync,

@@ -22,6 +22,8 @@ static SHM_BASE: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
 static SHM_CAP: AtomicU64 = AtomicU64::new(0);
 static SHM_REPORTED_DROPS: AtomicU64 = AtomicU64::new(0);
 static PID: AtomicU32 = AtomicU32::new(0);
+/// The pid of the process whose thread last began [`init`].
+static INIT_PID: AtomicU32 = AtomicU32::new(0);
 static PROC_DEVICE: AtomicI32 = AtomicI32::new(-1);
 static HANDLERS_REGISTERED: AtomicBool = AtomicBool::new(false);
 
@@ -134,6 +136,14 @@ fn shm_view() -> Option<RingView> {
     let cap = SHM_CAP.load(Ordering::Relaxed) as u32;
     // SAFETY: base maps file_size(cap) bytes for the life of the process (never unmapped).
     Some(unsafe { RingView::new(base, Geometry { capacity: cap }) })
+}
+
+/// Publishes the side-task gate's status in this process's ring header (no ring: nothing).
+/// Atomic stores only.
+pub fn publish_gate_status(g: ring::GateStatus) {
+    if let Some(v) = shm_view() {
+        v.header().publish_gate_status(g);
+    }
 }
 
 /// Pushes a complete record to the shared ring and the trace ring. No lock, no system call.
@@ -294,10 +304,24 @@ pub fn launch(api: Api, stream: u64, func: u64, grid: [u32; 3], block: [u32; 3],
 // Slow path: initialization, fork, exit.
 
 fn init() {
+    // SAFETY: getpid has no preconditions (slow path: once per process, or per waiting thread).
+    let me = unsafe { libc::getpid() } as u32;
+    // Who initializes, stored before the claim: a thread that finds INITING set by another pid is
+    // in a fork child of a process that forked while one of its threads was initializing (before
+    // the fork handler below existed): that initialization will never finish here.
+    let initer = INIT_PID.swap(me, Ordering::AcqRel);
     if STATE
         .compare_exchange(UNINIT, INITING, Ordering::AcqRel, Ordering::Acquire)
         .is_err()
     {
+        if initer != me
+            && initer != 0
+            && STATE
+                .compare_exchange(INITING, UNINIT, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            return init();
+        }
         // Another thread is initializing: wait a little (once per process), never forever.
         let t0 = now_ns();
         while STATE.load(Ordering::Acquire) == INITING && now_ns() - t0 < 50_000_000 {
@@ -305,6 +329,8 @@ fn init() {
         }
         return;
     }
+    // First, so that a fork at any later point of the initialization resets the child.
+    register_handlers();
     let st = do_init();
     STATE.store(st, Ordering::Release);
     if st != OFF {
@@ -365,7 +391,6 @@ fn do_init() -> u8 {
     if SHM_BASE.load(Ordering::Relaxed).is_null() && !trace::enabled() {
         return OFF;
     }
-    register_handlers();
     if role == Role::Sidetask {
         SIDETASK
     } else {

@@ -19,6 +19,9 @@ pub enum GrantRead {
     NoAgent,
     /// The block is being updated; try again (treat as closed).
     Busy,
+    /// A live agent's block of another layout version (an agent of another release): closed,
+    /// whatever the task's no-agent policy (a task never runs ungoverned beside an agent).
+    OtherVersion(u32),
     Grant(Grant),
 }
 
@@ -82,9 +85,16 @@ impl GrantWatch {
             return GrantRead::NoAgent;
         };
         let b = map.block();
+        let version = b.version.load(Ordering::Relaxed);
+        if self.agent_alive
+            && b.magic.load(Ordering::Acquire) == GRANT_MAGIC
+            && version != GRANT_LAYOUT_VERSION
+        {
+            return GrantRead::OtherVersion(version);
+        }
         if !self.agent_alive
             || b.magic.load(Ordering::Acquire) != GRANT_MAGIC
-            || b.version.load(Ordering::Relaxed) != GRANT_LAYOUT_VERSION
+            || version != GRANT_LAYOUT_VERSION
         {
             // Let a freshly written block be noticed soon.
             self.next_check_ns = self.next_check_ns.min(now + RECHECK_NS / 10);

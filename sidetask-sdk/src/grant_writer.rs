@@ -33,4 +33,20 @@ mod tests {
         assert_eq!(w.read(), GrantRead::NoAgent);
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    #[test]
+    fn a_live_agents_block_of_another_version_reads_as_that_version() {
+        let dir = crate::testutil::temp_dir("gw-version");
+        let g = GrantWriter::create(&dir, 0).unwrap();
+        g.open_for(50_000_000, 0, 0);
+        let other = freeride_abi::grant::GRANT_LAYOUT_VERSION + 1;
+        freeride_abi::grant_shm::GrantMap::open(g.path(), true)
+            .unwrap()
+            .block()
+            .version
+            .store(other, std::sync::atomic::Ordering::Release);
+        let mut w = GrantWatch::new(&dir, 0);
+        assert_eq!(w.read(), GrantRead::OtherVersion(other));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -113,6 +113,8 @@ pub struct Pacer {
     used_in_grant_ns: u64,
     step: Option<StepStart>,
     no_agent_noted: bool,
+    /// The foreign grant layout version already reported (0: none).
+    version_noted: u32,
 }
 
 fn ms(ns: u64) -> f64 {
@@ -165,6 +167,7 @@ impl Pacer {
             used_in_grant_ns: 0,
             step: None,
             no_agent_noted: false,
+            version_noted: 0,
             cfg,
         };
         p.write_status(true);
@@ -240,6 +243,20 @@ impl Pacer {
             GrantRead::NoAgent if standalone => Availability::Open(Window::unbounded()),
             GrantRead::NoAgent => Availability::NoAgent,
             GrantRead::Busy => Availability::Closed,
+            GrantRead::OtherVersion(v) => {
+                if self.version_noted != v {
+                    self.version_noted = v;
+                    eprintln!(
+                        "freeride-sidetask: {}: {} has grant layout version {v}, this SDK reads \
+                         version {}: the agent is of another release; holding until an agent of \
+                         this release serves the GPU",
+                        self.cfg.name,
+                        self.grant.path().display(),
+                        freeride_abi::grant::GRANT_LAYOUT_VERSION
+                    );
+                }
+                Availability::Closed
+            }
             GrantRead::Grant(g) => {
                 self.budget
                     .set_grant_limit(g.mem_limit_for(self.budget.held()));

@@ -143,6 +143,33 @@ fn stale_heartbeat_or_dead_block_reads_closed() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// An open grant in a block of another layout version (an agent of another release) holds the
+/// task, even in standalone mode (which runs freely only when there is no agent at all).
+#[test]
+fn a_grant_block_of_another_version_holds_even_a_standalone_task() {
+    let dir = temp_dir("version");
+    let writer = GrantWriter::create(&dir, 0).unwrap();
+    let mut p =
+        freeride_sidetask::pacer::Pacer::new(config(&dir, NoAgent::Standalone), "iterative")
+            .unwrap();
+    writer.open_for(500 * MS, 500 * MS, 0);
+    assert!(p.check(MS).is_some(), "this release's open grant runs");
+    freeride_abi::grant_shm::GrantMap::open(writer.path(), true)
+        .unwrap()
+        .block()
+        .version
+        .store(
+            freeride_abi::grant::GRANT_LAYOUT_VERSION + 1,
+            Ordering::Release,
+        );
+    writer.open_for(500 * MS, 500 * MS, 0);
+    assert!(
+        p.check(MS).is_none(),
+        "ran under a block of another version"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A grant given to more important tasks (its `min_priority` above ours) is closed to us; the same
 /// grant for our priority runs steps.
 #[test]

@@ -6,7 +6,9 @@
  *   gate_side bench <n>                        : n launches of 1 µs kernels (each followed by a
  *        stream sync every 64), prints "ns_per_launch <x>" (scripts/bench-gate).
  *   gate_side mem <mib> <mib> ...              : cudaMalloc each size in turn ("free" frees the
- *        first still-held block), printing each result code on one line. */
+ *        first still-held block), printing each result code on one line.
+ *   gate_side hold <mib> [kernel_us]           : cudaMalloc mib (0: none), then (with kernel_us)
+ *        one kernel of that length and a sync; prints "held <rc>" and waits until stdin closes. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +67,24 @@ int main(int argc, char **argv) {
             if (r == 0) held[nheld++] = p;
             printf("%d\n", r);
         }
+        return 0;
+    }
+    if (argc >= 3 && strcmp(argv[1], "hold") == 0) {
+        void *p = 0;
+        size_t mib = (size_t)strtoull(argv[2], 0, 10);
+        int r = mib ? cudaMalloc(&p, mib << 20) : 0;
+        if (argc >= 4) {
+            void *s = 0;
+            if (cudaStreamCreate(&s) != 0) { printf("stream failed\n"); return 1; }
+            uint64_t ns = strtoull(argv[3], 0, 10) * 1000ull;
+            void *args[1] = {&ns};
+            dim3 g = {1, 1, 1}, b = {32, 1, 1};
+            if (cudaLaunchKernel((const void *)side_kernel, g, b, args, 0, s) != 0) { printf("launch failed\n"); return 1; }
+            cudaStreamSynchronize(s);
+        }
+        printf("held %d\n", r);
+        char buf[64];
+        while (fread(buf, 1, sizeof buf, stdin) > 0) {}
         return 0;
     }
     fprintf(stderr, "usage: gate_side loop <kernel_us> [n] | mem <mib|free>...\n");

@@ -37,7 +37,9 @@ impl std::fmt::Display for OpenError {
             OpenError::Version(v) => {
                 write!(
                     f,
-                    "ring layout version {v}, this build reads {RING_LAYOUT_VERSION}"
+                    "ring layout version {v}, this agent reads version {RING_LAYOUT_VERSION}: \
+                     the process runs a libfreeride.so of another release and is not observed \
+                     (run the agent and the interposer of one release)"
                 )
             }
             OpenError::Invalid(s) => write!(f, "invalid ring: {s}"),
@@ -232,6 +234,12 @@ impl RingReader {
             exited: h.state.load(Ordering::Relaxed) == STATE_EXITED,
             dropped: h.dropped.load(Ordering::Relaxed),
         }
+    }
+
+    /// What the process's side-task gate last published (all zero for a trainer, or a side task
+    /// whose gate has admitted nothing yet). Untrusted values.
+    pub fn gate_status(&self) -> crate::ring::GateStatus {
+        self.view.header().gate_status()
     }
 
     /// True when the writer marked the ring exited, or its process is gone.

@@ -17,6 +17,9 @@
 //! | 64 | 8 | `head`: producers' reservation cursor |
 //! | 128 | 8 | `tail`: consumer cursor (written by the agent) |
 //! | 192 | 8 | `dropped`: records lost because the ring was full |
+//! | 256 | 8 | `gate_inflight`: side tasks only: launches the gate admitted that it has not seen complete |
+//! | 264 | 8 | `gate_due_ns`: when the oldest of them should have finished, by the gate's estimate (0: none) |
+//! | 272 | 8 | `gate_checked_ns`: when the gate last looked at its launches' completion |
 //! | 4096 | 64 x capacity | slots: `seq` (commit word) + 7 record words |
 //!
 //! Protocol (bounded MPMC queue after D. Vyukov, single consumer): slot `i` starts with
@@ -25,6 +28,10 @@
 //! `seq < pos` the ring is full: the record is dropped and `dropped` incremented (the producer
 //! never waits). The consumer at `tail = pos` takes the slot when `seq == pos + 1`, copies the
 //! words, then frees it with `seq = pos + capacity` and advances `tail`.
+//!
+//! The `gate_*` words (zero in a trainer's ring, and in rings of builds before them: readers of
+//! layout version 1 ignore them) are how the agent's watchdog sees a side task's GPU work that
+//! outlives its grant (see [`GateStatus`]). The gate of the side task stores them, plain atomics.
 //!
 //! Safety against hostile memory: the producer keeps `capacity` in its own memory (never re-read
 //! from the file), indexes with `pos & mask`, and gives up after a few CAS retries, so garbage in
@@ -65,6 +72,39 @@ pub struct RingHeader {
     _r2: [u64; 7],
     pub dropped: AtomicU64,
     _r3: [u64; 7],
+    pub gate_inflight: AtomicU64,
+    pub gate_due_ns: AtomicU64,
+    pub gate_checked_ns: AtomicU64,
+    _r4: [u64; 5],
+}
+
+/// What a side task's gate last published about its GPU work in flight (header words at 256).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GateStatus {
+    /// Launches admitted and not yet seen complete.
+    pub inflight: u64,
+    /// When the oldest of them should have finished, by the gate's own estimate (0: none).
+    pub due_ns: u64,
+    /// When the gate last checked completions (launches, synchronize calls).
+    pub checked_ns: u64,
+}
+
+impl RingHeader {
+    /// The gate's status as last published (untrusted values: a reader only compares them).
+    pub fn gate_status(&self) -> GateStatus {
+        GateStatus {
+            inflight: self.gate_inflight.load(Ordering::Relaxed),
+            due_ns: self.gate_due_ns.load(Ordering::Relaxed),
+            checked_ns: self.gate_checked_ns.load(Ordering::Acquire),
+        }
+    }
+
+    /// Publishes the gate's status (the side task's gate, under its lock).
+    pub fn publish_gate_status(&self, g: GateStatus) {
+        self.gate_inflight.store(g.inflight, Ordering::Relaxed);
+        self.gate_due_ns.store(g.due_ns, Ordering::Relaxed);
+        self.gate_checked_ns.store(g.checked_ns, Ordering::Release);
+    }
 }
 
 #[repr(C, align(64))]
@@ -79,6 +119,7 @@ const _: () = assert!(std::mem::offset_of!(RingHeader, head) == 64);
 const _: () = assert!(std::mem::offset_of!(RingHeader, tail) == 128);
 const _: () = assert!(std::mem::offset_of!(RingHeader, dropped) == 192);
 const _: () = assert!(std::mem::offset_of!(RingHeader, device) == 40);
+const _: () = assert!(std::mem::offset_of!(RingHeader, gate_inflight) == 256);
 
 /// Bytes of a ring file with `capacity` slots.
 pub const fn file_size(capacity: u32) -> usize {
@@ -172,6 +213,7 @@ impl RingView {
         h.head.store(0, Ordering::Relaxed);
         h.tail.store(0, Ordering::Relaxed);
         h.dropped.store(0, Ordering::Relaxed);
+        h.publish_gate_status(GateStatus::default());
         for i in 0..self.capacity {
             let s = self.slot(i);
             s.seq.store(i, Ordering::Relaxed);

@@ -6,10 +6,31 @@
 //! looked at again every [`RECHECK_NS`] (stat, compare the inode; re-map if the agent replaced it,
 //! e.g. after a restart). An old mapping is never unmapped (another thread may still read it:
 //! 4 KiB per agent restart).
-use freeride_abi::grant::{Grant, GrantBlock};
+use freeride_abi::grant::{Grant, GrantBlock, GRANT_LAYOUT_VERSION, GRANT_MAGIC};
 use freeride_abi::grant_shm::GrantMap;
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The last foreign grant layout version reported (0: none), so that each is said once.
+static REPORTED_VERSION: AtomicU32 = AtomicU32::new(0);
+
+/// A grant block of another layout version (an agent of another release) reads as CLOSED forever:
+/// the side task is held, never ungoverned. Says so once on stderr (slow path of a side task).
+fn warn_if_other_version(path: &Path, b: &GrantBlock) {
+    if b.magic.load(Ordering::Acquire) != GRANT_MAGIC {
+        return;
+    }
+    let v = b.version.load(Ordering::Relaxed);
+    if v != GRANT_LAYOUT_VERSION && REPORTED_VERSION.swap(v, Ordering::Relaxed) != v {
+        eprintln!(
+            "freeride gate: {} has grant layout version {v}, this libfreeride.so reads version \
+             {GRANT_LAYOUT_VERSION}: the agent is of another release; launches are held until \
+             an agent of this release serves the GPU",
+            path.display()
+        );
+    }
+}
 
 pub const RECHECK_NS: u64 = 100_000_000;
 
@@ -100,6 +121,9 @@ impl GrantView {
                 self.map = GrantMap::open(path, false)
                     .ok()
                     .map(|m| &*Box::leak(Box::new(m)));
+                if let Some(b) = self.block() {
+                    warn_if_other_version(path, b);
+                }
             }
             Err(_) => self.map = None,
         }

@@ -142,15 +142,21 @@ pub fn arm(i: usize) {
     e.state.store(ARMED, Ordering::Release);
 }
 
-/// What [`retire`] saw: GPU ns still queued (sum of estimates of unfinished entries) and count.
+/// What [`retire`] saw: GPU ns still queued (sum of estimates of unfinished entries), count, and
+/// the modelled end of the oldest-due unfinished entry (0: none).
 pub struct Pending {
     pub ns: u64,
     pub count: usize,
+    pub due_ns: u64,
 }
 
 /// Retires completed entries (gate lock held), feeding each measured duration to `learn`.
 pub fn retire(d: Option<&Drv>, now: u64, mut learn: impl FnMut(u64, u64)) -> Pending {
-    let mut p = Pending { ns: 0, count: 0 };
+    let mut p = Pending {
+        ns: 0,
+        count: 0,
+        due_ns: 0,
+    };
     for e in TABLE.iter() {
         let st = e.state.load(Ordering::Acquire);
         if st == FREE {
@@ -188,6 +194,10 @@ pub fn retire(d: Option<&Drv>, now: u64, mut learn: impl FnMut(u64, u64)) -> Pen
         }
         p.ns = p.ns.saturating_add(e.est_ns.load(Ordering::Relaxed));
         p.count += 1;
+        let due = e.model_end_ns.load(Ordering::Relaxed);
+        if p.due_ns == 0 || due < p.due_ns {
+            p.due_ns = due;
+        }
     }
     p
 }

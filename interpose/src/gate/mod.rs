@@ -47,6 +47,14 @@
 //! `FREERIDE_GATE=off` disables the launch gate (debugging only: the side task then runs
 //! ungoverned). The memory budget ([`membudget`]) is independent of it.
 //!
+//! # What the agent's watchdog sees
+//! After every look at its in-flight table (each launch, and each synchronize call's return) the
+//! gate publishes in its ring header ([`freeride_abi::ring::GateStatus`]): how many admitted
+//! launches it has not seen complete, when the oldest of them should have finished by its own
+//! estimate (the serial model end of its admission), and when it looked. A side task stuck inside a
+//! kernel, or one that stops calling CUDA while its work runs on, leaves that `due` time in the
+//! past; the agent evicts it when it is overdue by its hang deadline (agent/src/watchdog.rs).
+//!
 //! # Counters
 //! Launches held (that had to wait at least once), total wait ns, the in-flight maximum, and
 //! starvation admissions: in the side task's process-exit record (`p1` = launches held, `p2` =
@@ -216,6 +224,7 @@ fn decide(cfg: &Config, now: u64, stream: u64, key: u64, waited_ns: u64) -> Deci
     }
     let dur = &mut st.dur;
     let pend = inflight::retire(d, now, |k, ns| dur.learn(k, ns));
+    publish_status(pend.count as u64, pend.due_ns, now);
     let g = st.grant.now(now, device(), cfg.stale_ns, cfg.priority);
     if !g.open {
         return Decision::Wait;
@@ -248,8 +257,38 @@ fn decide(cfg: &Config, now: u64, stream: u64, key: u64, waited_ns: u64) -> Deci
     };
     st.model_end_ns = model_end;
     st.used_ns = st.used_ns.saturating_add(est);
+    let due = if pend.count == 0 {
+        model_end
+    } else {
+        pend.due_ns.min(model_end)
+    };
+    publish_status(pend.count as u64 + 1, due, now);
     INFLIGHT_MAX.fetch_max(pend.count as u64 + 1, Ordering::Relaxed);
     Decision::Admit(Some(slot))
+}
+
+/// The in-flight summary for the agent's watchdog (ring header words; atomic stores).
+fn publish_status(inflight: u64, due_ns: u64, now: u64) {
+    rt::publish_gate_status(freeride_abi::ring::GateStatus {
+        inflight,
+        due_ns: if inflight == 0 { 0 } else { due_ns },
+        checked_ns: now,
+    });
+}
+
+/// After a synchronize call of a side task returned: retires what completed, so that a task that
+/// waits for its work and then stops launching does not look as if its work were still running.
+pub fn after_sync() {
+    if config().is_none() {
+        return;
+    }
+    let now = now_ns();
+    let mut l = lock();
+    let st = l.inner();
+    let d = drv::get();
+    let dur = &mut st.dur;
+    let pend = inflight::retire(d, now, |k, ns| dur.learn(k, ns));
+    publish_status(pend.count as u64, pend.due_ns, now);
 }
 
 thread_local! {

@@ -88,7 +88,7 @@ fn bin() -> &'static Path {
             "-lnccl",
         ]);
         let out = |n: &str| d.join(n).to_str().unwrap().to_string();
-        for p in ["runtime", "threads", "fork", "signals"] {
+        for p in ["runtime", "threads", "fork", "fork_load", "signals"] {
             cc(&[
                 "-O1",
                 "-o",
@@ -108,6 +108,14 @@ fn bin() -> &'static Path {
         ] {
             cc(&["-O1", "-o", &out(p), &sp(&format!("prog_{p}.c")), "-ldl"]);
         }
+        cc(&[
+            "-O1",
+            "-o",
+            &out("dlclose"),
+            &sp("prog_dlclose.c"),
+            "-ldl",
+            "-lpthread",
+        ]);
         cc(&[
             "-O1",
             "-o",
@@ -146,7 +154,7 @@ fn run_with(prog: &str, args: &[&str], env: &[(&str, &str)], with_preload: bool)
         .env("LD_LIBRARY_PATH", d.join("lib"))
         .env("FREERIDE_TRACE", &trace)
         .env("FREERIDE_DIR", &sess);
-    if prog == "nccl_local" {
+    if prog == "nccl_local" || prog == "dlclose" {
         // The fake GPU's ground truth (fopen per kernel: not for the signal test).
         c.env("FAKE_GT", work.join("gt.jsonl"));
     }
@@ -350,8 +358,75 @@ fn nccl_in_a_local_scope_with_gpu_side_timing() {
     }
 }
 
+/// A framework that dlcloses libnccl / libcudart and opens them again, while the interposer holds
+/// real pointers into them (without the pin in `dl::pin_owner`, the NCCL run crashes in the
+/// reloaded library's first call and the reloaded runtime's launches go unrecorded).
+#[test]
+fn dlclose_and_reload_of_nccl_and_the_runtime() {
+    let r = run_with("dlclose", &["nccl"], &[], true);
+    assert_eq!(r.stdout.trim(), "OK pinned=1", "{}", r.stdout);
+    let m = counts(&r.events);
+    assert_eq!(get(&m, "comm", "ncclSend"), 8, "{m:?}");
+    assert_eq!(get(&m, "comm", "ncclRecv"), 6);
+    assert_eq!(get(&m, "comm", "ncclAllReduce"), 2);
+    assert_eq!(get(&m, "launch", "cuLaunchKernel"), 16);
+    let r = run_with("dlclose", &["cudart"], &[], true);
+    assert_eq!(r.stdout.trim(), "OK pinned=1", "{}", r.stdout);
+    let m = counts(&r.events);
+    assert_eq!(get(&m, "launch", "cudaLaunchKernel"), 200, "{m:?}");
+    assert_eq!(total(&m, "launch"), 200, "{m:?}");
+    // Without freeride the same program unloads the libraries (nothing else holds them).
+    let plain = run_with("dlclose", &["nccl"], &[], false);
+    assert_eq!(plain.stdout.trim(), "OK pinned=0");
+}
+
+/// Workers forked (and exec'ing) while four threads keep launching: every process image's events
+/// are its own, none lost or duplicated, nothing hangs. (A worker forked while a thread of the
+/// parent was still initializing the interposer used to inherit that unfinished initialization:
+/// it recorded nothing and waited 50 ms in every hooked call; `rt::init` now notices.)
+/// The two many-thread tests one at a time: each counts every launch, and a thread that finds
+/// another one initializing waits at most 50 ms, which a loaded 2-core machine can exceed.
+static MANY_THREADS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[test]
+fn fork_and_exec_while_threads_launch() {
+    let _one = MANY_THREADS.lock().unwrap_or_else(|e| e.into_inner());
+    let r = run("fork_load");
+    let out: Vec<&str> = r.stdout.split_whitespace().collect();
+    assert_eq!(out.get(1), Some(&"6"), "{}", r.stdout);
+    let total: usize = out[2].parse().unwrap();
+    let mut per_pid: HashMap<u64, (usize, usize, usize)> = HashMap::new();
+    for e in &r.events {
+        let c = per_pid.entry(e["pid"].as_u64().unwrap()).or_default();
+        match e["kind"].as_str().unwrap() {
+            "launch" => c.0 += 1,
+            "process_start" => c.1 += 1,
+            "dropped" => c.2 += 1,
+            _ => {}
+        }
+    }
+    let mut launches: Vec<usize> = per_pid.values().map(|c| c.0).collect();
+    launches.sort();
+    // The parent (`total`), 6 workers (10 each) and 6 exec'd images (3 each). A thread that finds
+    // another one initializing waits at most 50 ms (never forever): on a loaded machine the first
+    // launch of each of the 3 other threads may go unrecorded.
+    let parent = launches.pop().unwrap_or(0);
+    assert!(
+        total > 100 && (total - 3..=total).contains(&parent),
+        "{total}: {per_pid:?}"
+    );
+    let mut want = vec![3; 6];
+    want.extend([10; 6]);
+    assert_eq!(launches, want, "every worker and exec'd image: {per_pid:?}");
+    assert!(
+        per_pid.values().all(|c| c.1 == 1 && c.2 == 0),
+        "{per_pid:?}"
+    );
+}
+
 #[test]
 fn many_threads_many_producers() {
+    let _one = MANY_THREADS.lock().unwrap_or_else(|e| e.into_inner());
     let m = counts(&run("threads").events);
     assert_eq!(get(&m, "launch", "__cudaLaunchKernel"), 16000);
     assert_eq!(total(&m, "dropped"), 0);

@@ -1,0 +1,502 @@
+//! Faults of side tasks and version skew, end to end with the real binaries on the test bed: the
+//! agent (`freeride agent`), a pipesim job under `freeride run`, and side tasks
+//! (tests/cprogs/gate_side.c under libfreeride.so with `FREERIDE_ROLE=sidetask`, and the SDK's
+//! `train_loop` example) on the same simulated GPUs. Deadlines are generous (a loaded 2-core
+//! machine); nothing here asserts speed.
+use freeride_abi::grant_shm::{GrantMap, GrantWriter};
+use freeride_tests::{built, release_dir};
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// One test at a time: each runs a whole job and the machine is small.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn side_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let t = release_dir();
+        let d = std::env::temp_dir().join(format!("freeride-faults-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let out = d.join("gate_side");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cprogs/gate_side.c");
+        let o = Command::new("cc")
+            .args(["-O1", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .arg(format!("-L{}", t.display()))
+            .arg("-lcudart")
+            .output()
+            .expect("cc");
+        assert!(
+            o.status.success(),
+            "cc: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        out
+    })
+}
+
+/// A session directory and a simulated-GPU folder shared by the agent, the job and side tasks.
+struct Bed {
+    root: PathBuf,
+    session: PathBuf,
+    sim: PathBuf,
+}
+
+impl Bed {
+    fn new(tag: &str) -> Bed {
+        let root = PathBuf::from(format!(
+            "/dev/shm/freeride-faults-{tag}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&root);
+        let session = root.join("session");
+        let sim = root.join("sim");
+        std::fs::create_dir_all(&sim).unwrap();
+        std::fs::create_dir_all(&session).unwrap();
+        std::fs::set_permissions(
+            &session,
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .unwrap();
+        Bed { root, session, sim }
+    }
+
+    fn agent(&self, extra: &[&str]) -> Agent {
+        let mut child = Command::new(built("freeride"))
+            .args(["agent", "--metrics-port", "0", "--dir"])
+            .arg(&self.session)
+            .args(extra)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start agent");
+        let log = Arc::new(Mutex::new(Vec::<String>::new()));
+        let (l, err) = (log.clone(), child.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                eprintln!("[agent] {line}");
+                l.lock().unwrap().push(line);
+            }
+        });
+        Agent { child, log }
+    }
+
+    /// The default-sized test job (2 stages, 4 micro-batches, ~150 ms per iteration).
+    fn job(&self, iterations: u32) -> Child {
+        Command::new(built("freeride"))
+            .args(["run", "--"])
+            .arg(built("pipesim"))
+            .args(["--stages", "2", "--microbatches", "4", "--iterations"])
+            .arg(iterations.to_string())
+            .env("FREERIDE_DIR", &self.session)
+            .env("FREERIDE_SIM_DIR", &self.sim)
+            .env("FREERIDE_SIM_MEM_MIB", "4096")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start pipesim under freeride")
+    }
+
+    /// gate_side with `args` under libfreeride.so in `role`; stdout piped, stdin piped (hold).
+    fn prog(&self, role: &str, args: &[&str]) -> (Child, BufReader<ChildStdout>) {
+        let standins = pipesim::standins::ensure_dir().unwrap();
+        let mut c = Command::new(side_bin())
+            .args(args)
+            .env("LD_PRELOAD", release_dir().join("libfreeride.so"))
+            .env("LD_LIBRARY_PATH", &standins)
+            .env("FREERIDE_DIR", &self.session)
+            .env("FREERIDE_SIM_DIR", &self.sim)
+            .env("FREERIDE_SIM_MEM_MIB", "4096")
+            .env("FREERIDE_ROLE", role)
+            .env_remove("FREERIDE_TRACE")
+            .env_remove("FREERIDE_GATE")
+            .env_remove("FREERIDE_MEM_BUDGET_MB")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start gate_side");
+        let out = BufReader::new(c.stdout.take().unwrap());
+        (c, out)
+    }
+
+    /// The SDK's train_loop example on GPU 0 (no interposer, as `freeride sim` runs it).
+    fn sdk_task(&self) -> Child {
+        let standins = pipesim::standins::ensure_dir().unwrap();
+        Command::new(built("examples/train_loop"))
+            .args(["--device", "0", "--steps", "1000000000", "--name", "crashy"])
+            .env("FREERIDE_DIR", &self.session)
+            .env("FREERIDE_SIM_DIR", &self.sim)
+            .env("FREERIDE_SIM_MEM_MIB", "4096")
+            .env("LD_LIBRARY_PATH", &standins)
+            .env_remove("LD_PRELOAD")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start train_loop")
+    }
+
+    fn status(&self) -> Option<Value> {
+        let text = std::fs::read_to_string(self.session.join("agent-status.json")).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    /// Waits until the agent's state satisfies `f`.
+    fn wait_status(&self, within: Duration, f: impl Fn(&Value) -> bool) -> Option<Value> {
+        let t0 = Instant::now();
+        while t0.elapsed() < within {
+            if let Some(v) = self.status().filter(|v| f(v)) {
+                return Some(v);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+struct Agent {
+    child: Child,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Agent {
+    fn has_line(&self, f: impl Fn(&str) -> bool) -> bool {
+        self.log.lock().unwrap().iter().any(|l| f(l))
+    }
+
+    fn wait_line(&self, within: Duration, f: impl Fn(&str) -> bool) -> bool {
+        let t0 = Instant::now();
+        while t0.elapsed() < within {
+            if self.has_line(&f) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits for `c` to exit; `None` (and the child killed) if it is still running after `within`.
+fn wait_exit(c: &mut Child, within: Duration) -> Option<ExitStatus> {
+    let t0 = Instant::now();
+    while t0.elapsed() < within {
+        if let Some(st) = c.try_wait().unwrap() {
+            return Some(st);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+    None
+}
+
+fn read_line(out: &mut BufReader<ChildStdout>) -> String {
+    let mut line = String::new();
+    let _ = out.read_line(&mut line);
+    line.trim().to_string()
+}
+
+fn sidetasks(v: &Value, key: &str) -> u64 {
+    let p: Vec<&str> = key.split('.').collect();
+    let mut x = &v["sidetasks"];
+    for k in p {
+        x = &x[k];
+    }
+    x.as_u64().unwrap_or(0)
+}
+
+/// Waits until the agent has learnt the job on both GPUs (grants can open).
+fn wait_learnt(bed: &Bed) {
+    let v = bed.wait_status(Duration::from_secs(30), |v| {
+        let g = v["gpus"].as_array().cloned().unwrap_or_default();
+        g.len() == 2 && g.iter().all(|g| g["iteration_ns"].is_u64())
+    });
+    assert!(v.is_some(), "the agent never learnt the job");
+}
+
+#[test]
+fn a_sidetask_stuck_in_a_kernel_is_killed_and_the_trainer_finishes() {
+    let _s = serial();
+    let bed = Bed::new("hung");
+    let agent = bed.agent(&["--sidetask-hang-ms", "500"]);
+    let mut job = bed.job(30);
+    wait_learnt(&bed);
+    // One kernel of an hour, then a synchronize that never returns: on the time-sliced simulated
+    // GPU it holds GPU 0 whole, so the trainer's stage 0 cannot run until it is gone.
+    let (mut hung, mut hung_out) = bed.prog("sidetask", &["loop", "3600000000000", "1"]);
+    assert_eq!(read_line(&mut hung_out), "ready");
+    // A well-behaved side task beside it: 200 kernels of 300 µs inside the grants.
+    let (mut good, mut good_out) = bed.prog("sidetask", &["loop", "300", "200"]);
+    assert_eq!(read_line(&mut good_out), "ready");
+    let st = wait_exit(&mut hung, Duration::from_secs(60));
+    assert_eq!(
+        st.and_then(|s| s.signal()),
+        Some(libc::SIGKILL),
+        "the hung side task was not killed (status {st:?})"
+    );
+    let pid = hung.id();
+    assert!(
+        agent.wait_line(Duration::from_secs(5), |l| l
+            .contains(&format!("evicted side task pid {pid}"))
+            && l.contains("hung")),
+        "no eviction line for pid {pid}"
+    );
+    assert!(
+        bed.wait_status(Duration::from_secs(5), |v| sidetasks(v, "evicted.hung")
+            == 1)
+            .is_some(),
+        "agent-status.json does not count the eviction"
+    );
+    let js = wait_exit(&mut job, Duration::from_secs(120));
+    assert!(
+        js.is_some_and(|s| s.success()),
+        "the trainer did not finish after the eviction: {js:?}"
+    );
+    let gs = wait_exit(&mut good, Duration::from_secs(60));
+    assert_eq!(read_line(&mut good_out), "done 200");
+    assert!(gs.is_some_and(|s| s.success()), "good side task: {gs:?}");
+    assert!(
+        !agent.has_line(|l| l.contains(&format!("pid {}", good.id()))),
+        "the well-behaved side task was acted on"
+    );
+}
+
+#[test]
+fn crashed_sidetasks_are_dropped_and_the_others_go_on() {
+    let _s = serial();
+    let bed = Bed::new("crash");
+    let agent = bed.agent(&[]);
+    let mut job = bed.job(30);
+    wait_learnt(&bed);
+    // A gated side task (ring) and an SDK task (status file), both crashing.
+    let (mut gated, mut gated_out) = bed.prog("sidetask", &["loop", "300"]);
+    assert_eq!(read_line(&mut gated_out), "ready");
+    let mut sdk = bed.sdk_task();
+    let sdk_status = bed.session.join(format!("sidetask-{}.json", sdk.id()));
+    let (mut good, mut good_out) = bed.prog("sidetask", &["loop", "300", "300"]);
+    assert_eq!(read_line(&mut good_out), "ready");
+    let t0 = Instant::now();
+    while !sdk_status.exists() && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(sdk_status.exists(), "the SDK task published no status file");
+    std::thread::sleep(Duration::from_millis(500));
+    // An abort (a crash: no exit handlers run) and a SIGKILL (as from the kernel's OOM killer).
+    // SAFETY: kill(2) of our own children.
+    unsafe {
+        libc::kill(gated.id() as i32, libc::SIGABRT);
+        libc::kill(sdk.id() as i32, libc::SIGKILL);
+    }
+    for c in [&mut gated, &mut sdk] {
+        assert!(wait_exit(c, Duration::from_secs(10)).is_some());
+    }
+    for pid in [gated.id(), sdk.id()] {
+        assert!(
+            agent.wait_line(Duration::from_secs(10), |l| l
+                .contains(&format!("side task pid {pid} (GPU 0) died without exiting"))),
+            "no line for the crash of pid {pid}"
+        );
+    }
+    assert!(
+        bed.wait_status(Duration::from_secs(5), |v| sidetasks(v, "lost") == 2)
+            .is_some(),
+        "agent-status.json does not count the two crashes"
+    );
+    assert!(
+        !sdk_status.exists(),
+        "the crashed task's status file is left"
+    );
+    let gs = wait_exit(&mut good, Duration::from_secs(90));
+    assert_eq!(read_line(&mut good_out), "done 300");
+    assert!(gs.is_some_and(|s| s.success()), "good side task: {gs:?}");
+    let js = wait_exit(&mut job, Duration::from_secs(120));
+    assert!(js.is_some_and(|s| s.success()), "trainer: {js:?}");
+}
+
+#[test]
+fn a_sidetask_over_its_memory_budget_is_killed_once_the_trainer_grows() {
+    let _s = serial();
+    let bed = Bed::new("mem");
+    let agent = bed.agent(&[
+        "--gpu-mem-mib",
+        "1024",
+        "--mem-reserve-mib",
+        "0",
+        "--sidetask-mem-grace-ms",
+        "300",
+    ]);
+    // Before the trainer: the budget is the whole GPU; both side tasks get what they ask.
+    let (mut big, mut big_out) = bed.prog("sidetask", &["hold", "600"]);
+    assert_eq!(read_line(&mut big_out), "held 0");
+    let (mut small, mut small_out) = bed.prog("sidetask", &["hold", "200"]);
+    assert_eq!(read_line(&mut small_out), "held 0");
+    // The trainer takes 700 MiB: the side tasks' budget falls to 324 MiB.
+    let (mut trainer, mut trainer_out) = bed.prog("trainer", &["hold", "700", "100"]);
+    assert_eq!(read_line(&mut trainer_out), "held 0");
+    let st = wait_exit(&mut big, Duration::from_secs(30));
+    assert_eq!(
+        st.and_then(|s| s.signal()),
+        Some(libc::SIGKILL),
+        "the side task over its budget was not killed ({st:?})"
+    );
+    let pid = big.id();
+    assert!(
+        agent.wait_line(Duration::from_secs(5), |l| l
+            .contains(&format!("evicted side task pid {pid}"))
+            && l.contains("over its memory budget")),
+        "no eviction line for pid {pid}"
+    );
+    assert!(
+        bed.wait_status(Duration::from_secs(5), |v| sidetasks(
+            v,
+            "evicted.over_memory"
+        ) == 1)
+            .is_some(),
+        "agent-status.json does not count the eviction"
+    );
+    // The one within the budget and the trainer live on, and exit normally.
+    std::thread::sleep(Duration::from_millis(700));
+    for (c, name) in [
+        (&mut small, "side task within budget"),
+        (&mut trainer, "trainer"),
+    ] {
+        assert!(c.try_wait().unwrap().is_none(), "the {name} died");
+        drop(c.stdin.take());
+        let st = wait_exit(c, Duration::from_secs(10));
+        assert!(st.is_some_and(|s| s.success()), "{name}: {st:?}");
+    }
+}
+
+/// A ring file of another layout version, with a live pid (this test's).
+fn plant_ring(dir: &Path, version: u32) -> PathBuf {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let pid = std::process::id();
+    let start = freeride_abi::now_ns();
+    let path = dir.join(freeride_abi::session::ring_file_name(pid, start));
+    let f = std::fs::OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .mode(0o600)
+        .open(&path)
+        .unwrap();
+    let cap = freeride_abi::ring::MIN_CAPACITY;
+    f.set_len(freeride_abi::ring::file_size(cap) as u64)
+        .unwrap();
+    let mut h = vec![0u8; 48];
+    h[0..8].copy_from_slice(&freeride_abi::ring::RING_MAGIC.to_le_bytes());
+    h[8..12].copy_from_slice(&version.to_le_bytes());
+    h[12..16].copy_from_slice(&(freeride_abi::ring::HEADER_SIZE as u32).to_le_bytes());
+    h[16..20].copy_from_slice(&(freeride_abi::ring::SLOT_SIZE as u32).to_le_bytes());
+    h[20..24].copy_from_slice(&cap.to_le_bytes());
+    h[24..28].copy_from_slice(&pid.to_le_bytes());
+    h[28..32].copy_from_slice(&(freeride_abi::Role::Trainer as u32).to_le_bytes());
+    h[32..40].copy_from_slice(&start.to_le_bytes());
+    h[40..44].copy_from_slice(&(-1i32).to_le_bytes());
+    f.write_all_at(&h, 0).unwrap();
+    path
+}
+
+#[test]
+fn a_ring_of_another_version_is_named_and_ignored_and_the_job_is_served() {
+    let _s = serial();
+    let bed = Bed::new("skew-ring");
+    let ring = plant_ring(&bed.session, freeride_abi::RING_LAYOUT_VERSION + 1);
+    let agent = bed.agent(&[]);
+    let mut job = bed.job(12);
+    let want = format!(
+        "ring layout version {}, this agent reads version {}",
+        freeride_abi::RING_LAYOUT_VERSION + 1,
+        freeride_abi::RING_LAYOUT_VERSION
+    );
+    assert!(
+        agent.wait_line(Duration::from_secs(10), |l| l.contains(&want)
+            && l.contains(&ring.display().to_string())),
+        "no message naming both versions"
+    );
+    wait_learnt(&bed);
+    let js = wait_exit(&mut job, Duration::from_secs(120));
+    assert!(js.is_some_and(|s| s.success()), "trainer: {js:?}");
+    // Said once, and the foreign ring is left alone (not drained, not removed).
+    assert_eq!(
+        agent
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(&want))
+            .count(),
+        1
+    );
+    assert!(ring.exists());
+}
+
+#[test]
+fn a_grant_block_of_another_version_holds_the_sidetask_and_says_so() {
+    let _s = serial();
+    let bed = Bed::new("skew-grant");
+    // An "agent" of another release: an open grant, fresh, in a block of layout version 2.
+    let w = GrantWriter::create(&bed.session, 0).unwrap();
+    let other = freeride_abi::grant::GRANT_LAYOUT_VERSION + 1;
+    GrantMap::open(w.path(), true)
+        .unwrap()
+        .block()
+        .version
+        .store(other, std::sync::atomic::Ordering::Release);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let beat = {
+        let (w, stop) = (Arc::new(w), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                w.open_for(50_000_000, 0, 0);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+    let (mut side, mut out) = bed.prog("sidetask", &["loop", "100", "5"]);
+    assert_eq!(read_line(&mut out), "ready");
+    // Held: five 100 µs kernels would be done in well under a second if admitted.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        side.try_wait().unwrap().is_none(),
+        "the side task ran under a grant block it cannot read"
+    );
+    // SAFETY: kill(2) of our own child.
+    unsafe { libc::kill(side.id() as i32, libc::SIGKILL) };
+    let _ = side.wait();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut side.stderr.take().unwrap(), &mut err).unwrap();
+    let want = format!(
+        "has grant layout version {other}, this libfreeride.so reads version {}",
+        freeride_abi::grant::GRANT_LAYOUT_VERSION
+    );
+    assert!(err.contains(&want), "side task stderr: {err}");
+    // A trainer beside that block runs as without freeride.
+    let mut job = bed.job(3);
+    let js = wait_exit(&mut job, Duration::from_secs(60));
+    assert!(js.is_some_and(|s| s.success()), "trainer: {js:?}");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    beat.join().unwrap();
+}
