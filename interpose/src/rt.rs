@@ -303,6 +303,9 @@ pub fn launch(api: Api, stream: u64, func: u64, grid: [u32; 3], block: [u32; 3],
 // ---------------------------------------------------------------------------------------------
 // Slow path: initialization, fork, exit.
 
+/// How long a thread waits for another one's initialization before passing through unrecorded.
+const INIT_WAIT_MAX_NS: u64 = 200_000_000;
+
 fn init() {
     // SAFETY: getpid has no preconditions (slow path: once per process, or per waiting thread).
     let me = unsafe { libc::getpid() } as u32;
@@ -322,10 +325,12 @@ fn init() {
         {
             return init();
         }
-        // Another thread is initializing: wait a little (once per process), never forever.
+        // Another thread is initializing: wait for it (once per thread), never forever (it could
+        // be blocked on something this thread holds, e.g. the loader lock). Sleep rather than
+        // yield: many threads yielding at once on a small machine starve the initializing one.
         let t0 = now_ns();
-        while STATE.load(Ordering::Acquire) == INITING && now_ns() - t0 < 50_000_000 {
-            std::thread::yield_now();
+        while STATE.load(Ordering::Acquire) == INITING && now_ns() - t0 < INIT_WAIT_MAX_NS {
+            std::thread::sleep(std::time::Duration::from_micros(100));
         }
         return;
     }

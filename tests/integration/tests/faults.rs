@@ -50,6 +50,9 @@ struct Bed {
     root: PathBuf,
     session: PathBuf,
     sim: PathBuf,
+    /// Every process started through the bed: killed on drop if still running (a failing
+    /// assertion must not leave side tasks behind).
+    children: Mutex<Vec<u32>>,
 }
 
 impl Bed {
@@ -68,7 +71,17 @@ impl Bed {
             std::os::unix::fs::PermissionsExt::from_mode(0o700),
         )
         .unwrap();
-        Bed { root, session, sim }
+        Bed {
+            root,
+            session,
+            sim,
+            children: Mutex::new(vec![]),
+        }
+    }
+
+    fn track(&self, c: Child) -> Child {
+        self.children.lock().unwrap().push(c.id());
+        c
     }
 
     fn agent(&self, extra: &[&str]) -> Agent {
@@ -103,6 +116,7 @@ impl Bed {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
+            .map(|c| self.track(c))
             .expect("start pipesim under freeride")
     }
 
@@ -124,6 +138,7 @@ impl Bed {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
+            .map(|c| self.track(c))
             .expect("start gate_side");
         let out = BufReader::new(c.stdout.take().unwrap());
         (c, out)
@@ -143,6 +158,7 @@ impl Bed {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
+            .map(|c| self.track(c))
             .expect("start train_loop")
     }
 
@@ -166,6 +182,23 @@ impl Bed {
 
 impl Drop for Bed {
     fn drop(&mut self) {
+        for &pid in self
+            .children
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            let pid = pid as libc::pid_t;
+            // SAFETY: waitpid/kill on our own child: WNOHANG returns 0 only while it is still
+            // running and unreaped (so its pid cannot have been reused); then it is killed and
+            // reaped.
+            unsafe {
+                if libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) == 0 {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, std::ptr::null_mut(), 0);
+                }
+            }
+        }
         let _ = std::fs::remove_dir_all(&self.root);
     }
 }
