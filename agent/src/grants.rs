@@ -62,12 +62,20 @@ impl GrantPolicy {
     /// The grant for a GPU at `now`: `Some(until_ns)` to open it until then, `None` for closed.
     pub fn decide(&self, now: Ns, open: Option<OpenBubble>) -> Option<Ns> {
         let b = open?;
-        let end = b.predicted_end?;
-        if b.confidence < self.min_confidence || end <= b.start {
+        let predicted = b.predicted_end?;
+        if b.confidence < self.min_confidence || predicted <= b.start {
             return None;
         }
-        let guard = ((end - b.start) as f64 * self.guard_share
-            + b.spread_ns as f64 * self.guard_spreads) as Ns;
+        // Never past the earliest end seen lately at this position (the trainer may be back that
+        // soon): that bound already holds the recent spread; without it, keep spreads in hand.
+        let (end, spreads) = match b.shortest_end {
+            Some(s) => (predicted.min(s), 0.0),
+            None => (predicted, b.spread_ns as f64 * self.guard_spreads),
+        };
+        if end <= b.start {
+            return None;
+        }
+        let guard = ((end - b.start) as f64 * self.guard_share + spreads) as Ns;
         let until = end.saturating_sub(guard.max(self.guard_min_ns));
         (until >= now + self.min_grant_ns).then_some(until)
     }
@@ -231,9 +239,21 @@ mod tests {
             start,
             opened_seen: start + 50_000,
             predicted_end: end,
+            shortest_end: None,
             spread_ns: 100_000,
             confidence,
         })
+    }
+
+    #[test]
+    fn grants_close_before_the_shortest_recent_bubble_ends() {
+        let p = GrantPolicy::default();
+        let mut b = bubble(0, Some(20_000_000), 1.0);
+        if let Some(b) = b.as_mut() {
+            b.shortest_end = Some(15_000_000);
+        }
+        // 15 ms is the bound, which holds the spread: guard = max(300 µs, 1% of 15 ms = 150 µs).
+        assert_eq!(p.decide(100_000, b), Some(14_700_000));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! compute queued before it has drained. The bubble closes when the op ends, or, for a send, as soon as
 //! the host queues compute (which then runs at once).
 use super::obs::{CommSig, Ns, Obs};
-use super::pattern::{Pattern, Position, Prediction};
+use super::pattern::{Pattern, Position};
 use std::collections::HashMap;
 
 /// A bubble, once closed.
@@ -32,6 +32,8 @@ pub struct OpenBubble {
     pub start: Ns,
     pub opened_seen: Ns,
     pub predicted_end: Option<Ns>,
+    /// The earliest end seen lately at this position (`start` + the shortest recent length).
+    pub shortest_end: Option<Ns>,
     /// Typical deviation of the bubble's length at this position (0 when not predicted).
     pub spread_ns: Ns,
     pub confidence: f64,
@@ -126,6 +128,7 @@ impl Detector {
                     // Cut short by the exit: what was forecast did not get the chance to happen,
                     // and the pattern learns nothing from it.
                     o.bubble.predicted_end = None;
+                    o.bubble.shortest_end = None;
                     o.members.clear();
                     self.close_as(o, t, t, true);
                 }
@@ -182,6 +185,7 @@ impl Detector {
                 o.ends_on_launch &= !blocks;
                 if let Some(p) = prediction {
                     o.bubble.predicted_end = Some(t + p.expected_ns);
+                    o.bubble.shortest_end = Some(t + p.shortest_ns);
                     o.bubble.spread_ns = p.spread_ns;
                     o.bubble.confidence = p.confidence;
                 }
@@ -203,22 +207,14 @@ impl Detector {
         compute_queued: Option<Ns>,
     ) -> Open {
         let prediction = self.pattern.predict(member.pos, member.sig);
-        let Prediction {
-            expected_ns,
-            confidence,
-            spread_ns,
-        } = prediction.unwrap_or(Prediction {
-            expected_ns: 0,
-            spread_ns: 0,
-            confidence: 0.0,
-        });
         Open {
             bubble: OpenBubble {
                 start: t,
                 opened_seen: seen,
-                predicted_end: prediction.map(|_| t + expected_ns),
-                spread_ns,
-                confidence,
+                predicted_end: prediction.map(|p| t + p.expected_ns),
+                shortest_end: prediction.map(|p| t + p.shortest_ns),
+                spread_ns: prediction.map_or(0, |p| p.spread_ns),
+                confidence: prediction.map_or(0.0, |p| p.confidence),
             },
             ops: vec![(id, !ends_on_launch)],
             members: vec![member],

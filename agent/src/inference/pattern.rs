@@ -23,6 +23,8 @@ pub struct Position {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Prediction {
     pub expected_ns: Ns,
+    /// The shortest of the recent lengths at this position (what a grant must not outlast).
+    pub shortest_ns: Ns,
     pub spread_ns: Ns,
     /// 0..=1: grows with the number of matching observations, shrinks with their spread.
     pub confidence: f64,
@@ -166,6 +168,12 @@ impl Pattern {
         };
         Some(Prediction {
             expected_ns: median.round() as Ns,
+            shortest_ns: s
+                .window()
+                .iter()
+                .copied()
+                .fold(f64::INFINITY, f64::min)
+                .round() as Ns,
             spread_ns: spread.round() as Ns,
             confidence: seen * steadiness,
         })
