@@ -21,3 +21,34 @@ pub fn built(name: &str) -> PathBuf {
     );
     p
 }
+
+/// Compiles `tests/cprogs/gate_side.c` (a small CUDA-runtime program: kernel loops, allocations)
+/// against the stand-in runtime into a folder of this test process (`tag` names it); returns the
+/// executable.
+pub fn gate_side_bin(tag: &str) -> PathBuf {
+    let t = release_dir();
+    for f in ["libfreeride.so", "libcuda.so", "libcudart.so"] {
+        assert!(
+            t.join(f).exists(),
+            "{f} not built (cargo build --release --workspace)"
+        );
+    }
+    let d = std::env::temp_dir().join(format!("freeride-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("temp folder");
+    let out = d.join("gate_side");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../cprogs/gate_side.c");
+    let o = std::process::Command::new("cc")
+        .args(["-O1", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .arg(format!("-L{}", t.display()))
+        .arg("-lcudart")
+        .output()
+        .expect("cc");
+    assert!(
+        o.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}

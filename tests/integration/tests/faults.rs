@@ -22,27 +22,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 fn side_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let t = release_dir();
-        let d = std::env::temp_dir().join(format!("freeride-faults-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        let out = d.join("gate_side");
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cprogs/gate_side.c");
-        let o = Command::new("cc")
-            .args(["-O1", "-o"])
-            .arg(&out)
-            .arg(&src)
-            .arg(format!("-L{}", t.display()))
-            .arg("-lcudart")
-            .output()
-            .expect("cc");
-        assert!(
-            o.status.success(),
-            "cc: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        out
-    })
+    BIN.get_or_init(|| freeride_tests::gate_side_bin("faults"))
 }
 
 /// A session directory and a simulated-GPU folder shared by the agent, the job and side tasks.

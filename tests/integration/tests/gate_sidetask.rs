@@ -29,33 +29,7 @@ fn target_dir() -> PathBuf {
 
 fn side_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let t = target_dir();
-        for f in ["libfreeride.so", "libcuda.so", "libcudart.so"] {
-            assert!(
-                t.join(f).exists(),
-                "{f} not built (cargo build --release --workspace)"
-            );
-        }
-        let d = std::env::temp_dir().join(format!("freeride-gate-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        let out = d.join("gate_side");
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cprogs/gate_side.c");
-        let o = Command::new("cc")
-            .args(["-O1", "-o"])
-            .arg(&out)
-            .arg(&src)
-            .arg(format!("-L{}", t.display()))
-            .arg("-lcudart")
-            .output()
-            .expect("cc");
-        assert!(
-            o.status.success(),
-            "cc: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        out
-    })
+    BIN.get_or_init(|| freeride_tests::gate_side_bin("gate"))
 }
 
 struct Bed {
