@@ -296,7 +296,12 @@ impl Watchdog {
                         now.saturating_sub(gs.due_ns) / 1_000_000,
                         self.policy.hang_ns / 1_000_000
                     ),
-                    gs.due_ns,
+                    // Builds before `admitted_ns` publish 0 there: order those by due time.
+                    if gs.admitted_ns > 0 {
+                        gs.admitted_ns
+                    } else {
+                        gs.due_ns
+                    },
                 ));
             } else if over.is_some() && over_for >= self.policy.mem_grace_ns {
                 doomed.push((
@@ -315,8 +320,10 @@ impl Watchdog {
                 ));
             }
         }
-        // Of the hung side tasks of one GPU only the one whose work is the most overdue (it blocks
-        // the others) goes, and none while an evicted one is still dying.
+        // Of the hung side tasks of one GPU only the one whose oldest work was admitted first (on a
+        // GPU that runs work in the order it is queued, it blocks the others; its due time can be
+        // later than theirs when its estimate was longer) goes, and none while an evicted one is
+        // still dying (a zombie is gone: see `session::pid_alive`).
         doomed.sort_by_key(|d| (d.2, d.4));
         let mut hung_gpus: HashSet<i32> = dying;
         for (path, device, reason, why, _) in doomed {

@@ -20,6 +20,7 @@
 //! | 256 | 8 | `gate_inflight`: side tasks only: launches the gate admitted that it has not seen complete |
 //! | 264 | 8 | `gate_due_ns`: when the oldest of them should have finished, by the gate's estimate (0: none) |
 //! | 272 | 8 | `gate_checked_ns`: when the gate last looked at its launches' completion |
+//! | 280 | 8 | `gate_admitted_ns`: when the oldest of them was admitted (0: none) |
 //! | 4096 | 64 x capacity | slots: `seq` (commit word) + 7 record words |
 //!
 //! Protocol (bounded MPMC queue after D. Vyukov, single consumer): slot `i` starts with
@@ -75,7 +76,8 @@ pub struct RingHeader {
     pub gate_inflight: AtomicU64,
     pub gate_due_ns: AtomicU64,
     pub gate_checked_ns: AtomicU64,
-    _r4: [u64; 5],
+    pub gate_admitted_ns: AtomicU64,
+    _r4: [u64; 4],
 }
 
 /// What a side task's gate last published about its GPU work in flight (header words at 256).
@@ -87,6 +89,9 @@ pub struct GateStatus {
     pub due_ns: u64,
     /// When the gate last checked completions (launches, synchronize calls).
     pub checked_ns: u64,
+    /// When the oldest of them was admitted (0: none): on a GPU that runs work in the order it
+    /// was queued, the hung task among several overdue ones is the one admitted first.
+    pub admitted_ns: u64,
 }
 
 impl RingHeader {
@@ -95,6 +100,7 @@ impl RingHeader {
         GateStatus {
             inflight: self.gate_inflight.load(Ordering::Relaxed),
             due_ns: self.gate_due_ns.load(Ordering::Relaxed),
+            admitted_ns: self.gate_admitted_ns.load(Ordering::Relaxed),
             checked_ns: self.gate_checked_ns.load(Ordering::Acquire),
         }
     }
@@ -103,6 +109,8 @@ impl RingHeader {
     pub fn publish_gate_status(&self, g: GateStatus) {
         self.gate_inflight.store(g.inflight, Ordering::Relaxed);
         self.gate_due_ns.store(g.due_ns, Ordering::Relaxed);
+        self.gate_admitted_ns
+            .store(g.admitted_ns, Ordering::Relaxed);
         self.gate_checked_ns.store(g.checked_ns, Ordering::Release);
     }
 }

@@ -104,14 +104,27 @@ pub fn list_rings(dir: &Path) -> io::Result<Vec<PathBuf>> {
     Ok(v)
 }
 
-/// Whether process `pid` exists (signal 0).
+/// Whether process `pid` runs (signal 0; a zombie, dead but not yet reaped by its parent, does not:
+/// it holds no memory, GPU context or CPU any more). Not for the hook path (reads /proc).
 pub fn pid_alive(pid: u32) -> bool {
     if pid == 0 || pid > i32::MAX as u32 {
         return false;
     }
     // SAFETY: kill with signal 0 only checks for existence and permission.
     let r = unsafe { libc::kill(pid as i32, 0) };
-    r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    let exists = r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    exists && !is_zombie(pid)
+}
+
+/// `/proc/<pid>/stat` says Z (zombie) or X (dead). Unreadable: not a zombie.
+fn is_zombie(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // "pid (comm) S ...": comm may hold spaces and parentheses; the state follows the last ')'.
+    stat.rfind(')')
+        .and_then(|i| stat[i + 1..].trim_start().chars().next())
+        .is_some_and(|c| c == 'Z' || c == 'X')
 }
 
 pub(crate) fn cstring(p: &Path) -> io::Result<CString> {
@@ -121,6 +134,20 @@ pub(crate) fn cstring(p: &Path) -> io::Result<CString> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_zombie_is_not_alive() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        // Not reaped yet: a zombie once it has exited.
+        let t0 = std::time::Instant::now();
+        while !is_zombie(pid) && t0.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!pid_alive(pid), "a zombie counts as alive");
+        child.wait().unwrap();
+        assert!(pid_alive(std::process::id()));
+    }
 
     #[test]
     fn names() {

@@ -31,6 +31,8 @@ pub struct Entry {
     pub key: AtomicU64,
     pub est_ns: AtomicU64,
     pub model_end_ns: AtomicU64,
+    /// When the gate admitted it.
+    pub admitted_ns: AtomicU64,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -43,6 +45,7 @@ const ENTRY_INIT: Entry = Entry {
     key: AtomicU64::new(0),
     est_ns: AtomicU64::new(0),
     model_end_ns: AtomicU64::new(0),
+    admitted_ns: AtomicU64::new(0),
 };
 
 pub static TABLE: [Entry; SLOTS] = [ENTRY_INIT; SLOTS];
@@ -90,6 +93,7 @@ pub fn reserve(
     key: u64,
     est_ns: u64,
     model_end: u64,
+    now: u64,
 ) -> Option<usize> {
     let i = TABLE
         .iter()
@@ -99,6 +103,7 @@ pub fn reserve(
     e.key.store(key, Ordering::Relaxed);
     e.est_ns.store(est_ns, Ordering::Relaxed);
     e.model_end_ns.store(model_end, Ordering::Relaxed);
+    e.admitted_ns.store(now, Ordering::Relaxed);
     let mut tracked = 0;
     if let (Some(d), 1) = (d, POOL.load(Ordering::Acquire)) {
         // SAFETY: real cuEventRecord of a pool event on the caller's stream; an event of another
@@ -148,6 +153,8 @@ pub struct Pending {
     pub ns: u64,
     pub count: usize,
     pub due_ns: u64,
+    /// When the oldest unfinished entry was admitted (0: none).
+    pub admitted_ns: u64,
 }
 
 /// Retires completed entries (gate lock held), feeding each measured duration to `learn`.
@@ -156,6 +163,7 @@ pub fn retire(d: Option<&Drv>, now: u64, mut learn: impl FnMut(u64, u64)) -> Pen
         ns: 0,
         count: 0,
         due_ns: 0,
+        admitted_ns: 0,
     };
     for e in TABLE.iter() {
         let st = e.state.load(Ordering::Acquire);
@@ -197,6 +205,10 @@ pub fn retire(d: Option<&Drv>, now: u64, mut learn: impl FnMut(u64, u64)) -> Pen
         let due = e.model_end_ns.load(Ordering::Relaxed);
         if p.due_ns == 0 || due < p.due_ns {
             p.due_ns = due;
+        }
+        let admitted = e.admitted_ns.load(Ordering::Relaxed);
+        if p.admitted_ns == 0 || admitted < p.admitted_ns {
+            p.admitted_ns = admitted;
         }
     }
     p

@@ -224,7 +224,7 @@ fn decide(cfg: &Config, now: u64, stream: u64, key: u64, waited_ns: u64) -> Deci
     }
     let dur = &mut st.dur;
     let pend = inflight::retire(d, now, |k, ns| dur.learn(k, ns));
-    publish_status(pend.count as u64, pend.due_ns, now);
+    publish_status(pend.count as u64, pend.due_ns, pend.admitted_ns, now);
     let g = st.grant.now(now, device(), cfg.stale_ns, cfg.priority);
     if !g.open {
         return Decision::Wait;
@@ -252,26 +252,28 @@ fn decide(cfg: &Config, now: u64, stream: u64, key: u64, waited_ns: u64) -> Deci
         return Decision::Admit(None);
     }
     let model_end = st.model_end_ns.max(now).saturating_add(est);
-    let Some(slot) = inflight::reserve(d, stream, key, est, model_end) else {
+    let Some(slot) = inflight::reserve(d, stream, key, est, model_end, now) else {
         return Decision::Wait; // table full: wait for a retirement
     };
     st.model_end_ns = model_end;
     st.used_ns = st.used_ns.saturating_add(est);
-    let due = if pend.count == 0 {
-        model_end
+    let (due, admitted) = if pend.count == 0 {
+        (model_end, now)
     } else {
-        pend.due_ns.min(model_end)
+        (pend.due_ns.min(model_end), pend.admitted_ns.min(now))
     };
-    publish_status(pend.count as u64 + 1, due, now);
+    publish_status(pend.count as u64 + 1, due, admitted, now);
     INFLIGHT_MAX.fetch_max(pend.count as u64 + 1, Ordering::Relaxed);
     Decision::Admit(Some(slot))
 }
 
 /// The in-flight summary for the agent's watchdog (ring header words; atomic stores).
-fn publish_status(inflight: u64, due_ns: u64, now: u64) {
+fn publish_status(inflight: u64, due_ns: u64, admitted_ns: u64, now: u64) {
+    let busy = inflight > 0;
     rt::publish_gate_status(freeride_abi::ring::GateStatus {
         inflight,
-        due_ns: if inflight == 0 { 0 } else { due_ns },
+        due_ns: if busy { due_ns } else { 0 },
+        admitted_ns: if busy { admitted_ns } else { 0 },
         checked_ns: now,
     });
 }
@@ -288,7 +290,7 @@ pub fn after_sync() {
     let d = drv::get();
     let dur = &mut st.dur;
     let pend = inflight::retire(d, now, |k, ns| dur.learn(k, ns));
-    publish_status(pend.count as u64, pend.due_ns, now);
+    publish_status(pend.count as u64, pend.due_ns, pend.admitted_ns, now);
 }
 
 thread_local! {

@@ -142,6 +142,32 @@ impl Bed {
             .expect("start train_loop")
     }
 
+    /// Waits until the gate of side task `pid` publishes a launch in flight (its ring header).
+    fn wait_gate_inflight(&self, pid: u32, within: Duration) -> bool {
+        let t0 = Instant::now();
+        while t0.elapsed() < within {
+            for e in std::fs::read_dir(&self.session)
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let name = e.file_name();
+                let mine = name
+                    .to_str()
+                    .and_then(freeride_abi::session::parse_ring_file_name)
+                    .is_some_and(|(p, _)| p == pid);
+                if mine
+                    && freeride_abi::reader::RingReader::open(&e.path())
+                        .is_ok_and(|r| r.gate_status().inflight > 0)
+                {
+                    return true;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    }
+
     fn status(&self) -> Option<Value> {
         let text = std::fs::read_to_string(self.session.join("agent-status.json")).ok()?;
         serde_json::from_str(&text).ok()
@@ -261,6 +287,12 @@ fn a_sidetask_stuck_in_a_kernel_is_killed_and_the_trainer_finishes() {
     // GPU it holds GPU 0 whole, so the trainer's stage 0 cannot run until it is gone.
     let (mut hung, mut hung_out) = bed.prog("sidetask", &["loop", "3600000000000", "1"]);
     assert_eq!(read_line(&mut hung_out), "ready");
+    // Its kernel admitted (in a grant) and on the GPU before the other task queues anything: the
+    // watchdog tells the two apart by which was admitted first.
+    assert!(
+        bed.wait_gate_inflight(hung.id(), Duration::from_secs(30)),
+        "the hung side task's launch was never admitted"
+    );
     // A well-behaved side task beside it: 200 kernels of 300 µs inside the grants.
     let (mut good, mut good_out) = bed.prog("sidetask", &["loop", "300", "200"]);
     assert_eq!(read_line(&mut good_out), "ready");

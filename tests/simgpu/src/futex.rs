@@ -38,12 +38,22 @@ pub(crate) fn wake(word: &AtomicU32, n: i32) {
     }
 }
 
-/// Whether process `pid` is gone (`kill(pid, 0)` fails with ESRCH).
+/// Whether process `pid` is gone (`kill(pid, 0)` fails with ESRCH) or a zombie (dead, not yet
+/// reaped by its parent): a real driver frees a process's GPU context when it dies, not when it is
+/// reaped, so a killed side task whose parent has not waited for it yet holds nothing here either.
 pub(crate) fn process_dead(pid: i32) -> bool {
     if pid <= 0 {
         return false;
     }
     // SAFETY: signal 0 only checks for existence and permission; it delivers nothing.
     let r = unsafe { libc::kill(pid, 0) };
-    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    if r != 0 {
+        return std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    }
+    // "pid (comm) S ...": the state follows the last ')'.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rfind(')')
+            .and_then(|i| stat[i + 1..].trim_start().chars().next())
+            .is_some_and(|c| c == 'Z' || c == 'X')
+    })
 }
