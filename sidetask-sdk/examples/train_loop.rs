@@ -4,7 +4,10 @@
 //! (input and weight gradients) and the optimizer update.
 //!
 //! `cargo run --release -p freeride-sidetask-sdk --example train_loop -- --device 0 --standalone \
-//!   --steps 200 --batch 64 --hidden 32`
+//!   --steps 200 --batch 64 --hidden 32 [--min-fraction 0.25]`
+//!
+//! At a grant's end, where a full step no longer fits, it takes a smaller minibatch (down to
+//! `--min-fraction` of `--batch`; 1 turns that off).
 use freeride_sidetask::cli::Args;
 use freeride_sidetask::{Ctx, Runtime, SideTask, StepOutcome, TaskResult};
 
@@ -37,6 +40,8 @@ struct Trainer {
     loss: f64,
     ns_per_flop_x1000: u64,
     params_buf: Option<u64>,
+    /// The smallest minibatch share a step may shrink to at a grant's end (`--min-fraction`).
+    min_fraction: f64,
 }
 
 impl Trainer {
@@ -44,13 +49,13 @@ impl Trainer {
         (flops as u64 * self.ns_per_flop_x1000 / 1000).max(1_000)
     }
 
-    /// One SGD step on a fresh minibatch; returns the minibatch loss (MSE).
-    fn sgd_step(&mut self) -> f64 {
+    /// One SGD step on a fresh minibatch of `batch` samples; returns its loss (MSE).
+    fn sgd_step(&mut self, batch: usize) -> f64 {
         let (d, h) = (self.model.d_in, self.model.hidden);
         let mut g1 = vec![0.0; h * d];
         let mut g2 = vec![0.0; h];
         let mut loss = 0.0;
-        for _ in 0..self.batch {
+        for _ in 0..batch {
             let x: Vec<f64> = (0..d).map(|_| self.rng.next_f64()).collect();
             let y: f64 = x
                 .iter()
@@ -77,14 +82,14 @@ impl Trainer {
                 }
             }
         }
-        let s = self.lr / self.batch as f64;
+        let s = self.lr / batch as f64;
         for (w, g) in self.model.w1.iter_mut().zip(&g1) {
             *w -= s * g;
         }
         for (w, g) in self.model.w2.iter_mut().zip(&g2) {
             *w -= s * g;
         }
-        loss / self.batch as f64
+        loss / batch as f64
     }
 }
 
@@ -97,7 +102,9 @@ impl SideTask for Trainer {
     }
 
     fn step(&mut self, ctx: &mut Ctx) -> TaskResult<StepOutcome> {
-        let (b, d, h) = (self.batch, self.model.d_in, self.model.hidden);
+        // At a grant's end the runtime may offer part of a step: a smaller minibatch fits it.
+        let b = ((self.batch as f64 * ctx.step_fraction()).floor() as usize).clamp(1, self.batch);
+        let (d, h) = (self.model.d_in, self.model.hidden);
         let fwd1 = self.kernel_ns(2 * b * d * h);
         let fwd2 = self.kernel_ns(2 * b * h);
         let gpu = ctx.gpu()?;
@@ -109,7 +116,7 @@ impl SideTask for Trainer {
         gpu.launch_ns("bwd_gemm1_dgrad", fwd1)?;
         gpu.launch_ns("bwd_gemm1_wgrad", fwd1)?;
         gpu.launch_ns("sgd_update", self.kernel_ns(4 * d * h))?;
-        self.loss = self.sgd_step();
+        self.loss = self.sgd_step(b);
         if self.steps == 0 {
             self.first_loss = self.loss;
         }
@@ -122,6 +129,10 @@ impl SideTask for Trainer {
 
     fn is_finished(&self) -> bool {
         self.steps >= self.max_steps
+    }
+
+    fn min_step_fraction(&self) -> f64 {
+        self.min_fraction
     }
 
     fn on_paused(&mut self, _ctx: &mut Ctx) {
@@ -153,6 +164,7 @@ fn main() {
         loss: 0.0,
         ns_per_flop_x1000: args.get_u64("ps-per-flop", 2_000),
         params_buf: None,
+        min_fraction: args.get_f64("min-fraction", 0.25).clamp(0.01, 1.0),
     };
     let mut rt = Runtime::new(args.config.clone()).unwrap_or_else(|e| {
         eprintln!("train_loop: {e}");

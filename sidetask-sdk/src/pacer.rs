@@ -314,6 +314,22 @@ impl Pacer {
         }
     }
 
+    /// The window and the share of a step that fits it, when a full step does not but at least
+    /// `min_fraction` of one does (time and budget, by the learned estimates); `None` before the
+    /// estimates are learned.
+    pub fn check_partial(&mut self, min_fraction: f64) -> Option<(Window, f64)> {
+        if !(self.span.is_learned() && self.gpu.is_learned()) {
+            return None;
+        }
+        let (t, b) = self.needed_ns(0);
+        let Availability::Open(w) = self.availability() else {
+            return None;
+        };
+        let f = (w.time_left_ns as f64 / t.max(1) as f64)
+            .min(w.budget_left_ns as f64 / b.max(1) as f64);
+        (f >= min_fraction.max(0.01) && f < 1.0).then_some((w, f))
+    }
+
     /// Polls until the next step fits, a stop is requested, or `timeout` passes.
     pub fn wait(&mut self, override_ns: u64, timeout: Option<Duration>) -> WaitOutcome {
         let deadline = timeout.map(|t| now_ns().saturating_add(t.as_nanos() as u64));
@@ -404,6 +420,30 @@ impl Pacer {
         self.rec.steps += 1;
         self.rec.gpu_busy_ns += gpu_ns;
         self.rec.last_step_ns = span_ns;
+        self.rec.overruns += overran as u64;
+        self.write_status(false);
+        StepTiming {
+            span_ns,
+            gpu_ns,
+            overran,
+        }
+    }
+
+    /// Accounts a partial step (see [`Pacer::check_partial`]): its GPU time counts against the
+    /// grant and in the task's totals, but the step-length estimates learn only from full steps.
+    pub fn step_record_partial(
+        &mut self,
+        s: StepStart,
+        end_ns: u64,
+        span_ns: u64,
+        gpu_ns: Option<u64>,
+    ) -> StepTiming {
+        let gpu_ns = gpu_ns.unwrap_or(span_ns).min(span_ns);
+        let overran = !s.window.standalone && end_ns > s.window.deadline_ns;
+        self.used_in_grant_ns += gpu_ns;
+        self.rec.steps += 1;
+        self.rec.partial_steps += 1;
+        self.rec.gpu_busy_ns += gpu_ns;
         self.rec.overruns += overran as u64;
         self.write_status(false);
         StepTiming {

@@ -45,6 +45,13 @@ pub trait SideTask {
     /// One unit of work. Queue GPU work on `ctx.gpu()`; the runtime synchronizes at the end.
     fn step(&mut self, ctx: &mut Ctx) -> TaskResult<StepOutcome>;
     fn is_finished(&self) -> bool;
+    /// The smallest share of a full step this task can do when scaling its work by
+    /// [`Ctx::step_fraction`] (1.0, the default: it cannot). With less, the runtime may start a
+    /// partial step where a full one no longer fits the grant (the last one before a bubble ends);
+    /// the task must then queue about that share of a step's GPU work.
+    fn min_step_fraction(&self) -> f64 {
+        1.0
+    }
     fn on_created(&mut self, _ctx: &mut Ctx) {}
     fn on_paused(&mut self, _ctx: &mut Ctx) {}
     fn on_resumed(&mut self, _ctx: &mut Ctx) {}
@@ -60,6 +67,7 @@ pub struct Ctx {
     stop: StopFlag,
     window: Option<Window>,
     steps: u64,
+    fraction: f64,
 }
 
 impl Ctx {
@@ -71,6 +79,7 @@ impl Ctx {
             stop: pacer.stop_flag(),
             window: None,
             steps: 0,
+            fraction: 1.0,
         }
     }
 
@@ -124,6 +133,12 @@ impl Ctx {
         self.window
     }
 
+    /// The share of a full step this step may take (1.0, or at least the task's
+    /// [`SideTask::min_step_fraction`] when only part of a step fits the grant).
+    pub fn step_fraction(&self) -> f64 {
+        self.fraction
+    }
+
     /// Steps completed so far.
     pub fn steps(&self) -> u64 {
         self.steps
@@ -163,6 +178,8 @@ struct Launched {
     queued_behind: bool,
     /// The next step was started while this one still ran.
     followed: bool,
+    /// A partial step (see [`SideTask::min_step_fraction`]): not learnt from.
+    partial: bool,
 }
 
 impl Drop for Ctx {
@@ -217,7 +234,12 @@ impl Runtime {
             }
             _ => (end.saturating_sub(p.start.start_ns), end),
         };
-        self.pacer.step_record(p.start, end_ns, span_ns, gpu_ns);
+        if p.partial {
+            self.pacer
+                .step_record_partial(p.start, end_ns, span_ns, gpu_ns);
+        } else {
+            self.pacer.step_record(p.start, end_ns, span_ns, gpu_ns);
+        }
         res
     }
 
@@ -283,7 +305,21 @@ impl Runtime {
                 self.go(task, &mut ctx, State::Finished)?;
                 break;
             }
-            let window = match ahead.or_else(|| self.pacer.check(0)) {
+            // A full step if one fits; else, for a task that can scale its work, the part of one
+            // that still fits this grant.
+            let min_fraction = task.min_step_fraction();
+            let mut fraction = 1.0;
+            let found = match ahead.or_else(|| self.pacer.check(0)) {
+                Some(w) => Some(w),
+                None if min_fraction < 1.0 => {
+                    self.pacer.check_partial(min_fraction).map(|(w, f)| {
+                        fraction = f;
+                        w
+                    })
+                }
+                None => None,
+            };
+            let window = match found {
                 Some(w) => w,
                 None => {
                     if self.pacer.state() == State::Running {
@@ -299,6 +335,7 @@ impl Runtime {
                 self.go(task, &mut ctx, State::Running)?;
             }
             ctx.window = Some(window);
+            ctx.fraction = fraction;
             self.pacer.step_begin(window);
             let outcome = task.step(&mut ctx);
             let returned_ns = now_ns();
@@ -333,6 +370,7 @@ impl Runtime {
                 returned_ns,
                 queued_behind,
                 followed: false,
+                partial: fraction < 1.0,
             };
             let keep = overlap
                 && cur.mark.is_some()

@@ -3,7 +3,7 @@
 //! every `status_interval_ms` except at life-cycle transitions, which are always written.
 //!
 //! ```json
-//! {"pid":123,"task":"pagerank","mode":"iterative","device":0,"state":"running","steps":40,
+//! {"pid":123,"task":"pagerank","mode":"iterative","device":0,"state":"running","steps":40,"partial_steps":3,
 //!  "gpu_busy_ns":81234000,"last_step_ns":2010000,"step_estimate_ns":2600000,"priority":0,"mem_held_bytes":0,
 //!  "overruns":0,"started_ns":...,"updated_ns":...}
 //! ```
@@ -22,6 +22,8 @@ pub struct StatusRecord {
     pub device: u32,
     pub state: &'static str,
     pub steps: u64,
+    /// Of which partial (the task scaled its work to the grant's end).
+    pub partial_steps: u64,
     pub gpu_busy_ns: u64,
     pub last_step_ns: u64,
     pub step_estimate_ns: u64,

@@ -217,3 +217,50 @@ fn grants_for_more_important_tasks_are_closed_to_less_important_ones() {
     assert_eq!(summary.steps, 3);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_task_that_scales_its_work_takes_part_of_a_step_at_a_grants_end() {
+    let dir = temp_dir("partial");
+    let writer = GrantWriter::create(&dir, 0).unwrap();
+    let mut cfg = config(&dir, NoAgent::Wait);
+    cfg.probe_min_grant_ns = 4 * MS;
+    // Steps of 2 ms (estimate about 2.4 ms); grants of 7 ms: two full steps, then about half a
+    // step's room.
+    let mut task = SleepTask::new(Duration::from_millis(2), 30);
+    task.min_fraction = 0.25;
+    let done = task.done.clone();
+    let fractions = task.fractions.clone();
+    let agent = std::thread::spawn(move || {
+        let mut windows = vec![];
+        while done.load(Ordering::SeqCst) < 30 {
+            let at = now_ns();
+            let until = writer.open_for(7 * MS, 7 * MS, 0);
+            windows.push((at, until));
+            sleep_ns(7 * MS);
+            writer.close(0);
+            sleep_ns(3 * MS);
+        }
+        windows
+    });
+    let mut rt = Runtime::new(cfg).unwrap();
+    let s = rt.run(&mut task).unwrap();
+    let windows = agent.join().unwrap();
+    let f = fractions.lock().unwrap().clone();
+    let partial: Vec<f64> = f.iter().copied().filter(|&x| x < 1.0).collect();
+    eprintln!(
+        "{} steps, partial {partial:?}, overruns {}",
+        f.len(),
+        s.overruns
+    );
+    assert!(
+        !partial.is_empty(),
+        "no partial step in {} grants",
+        windows.len()
+    );
+    assert!(
+        partial.iter().all(|&x| (0.25..1.0).contains(&x)),
+        "{partial:?}"
+    );
+    // Partial steps end inside their grants like full ones (a loaded machine may overrun a few).
+    assert!(s.overruns <= 3, "{} overruns", s.overruns);
+}

@@ -41,6 +41,10 @@ pub struct SleepTask {
     pub starts: Arc<Mutex<Vec<u64>>>,
     pub fail_init: bool,
     pub fail_at_step: Option<u64>,
+    /// `SideTask::min_step_fraction` (1.0: full steps only); a partial step sleeps that share.
+    pub min_fraction: f64,
+    /// The fraction of every step taken.
+    pub fractions: Arc<Mutex<Vec<f64>>>,
 }
 
 impl SleepTask {
@@ -53,6 +57,8 @@ impl SleepTask {
             starts: Arc::default(),
             fail_init: false,
             fail_at_step: None,
+            min_fraction: 1.0,
+            fractions: Arc::default(),
         }
     }
 
@@ -74,13 +80,15 @@ impl SideTask for SleepTask {
         Ok(())
     }
 
-    fn step(&mut self, _ctx: &mut Ctx) -> TaskResult<StepOutcome> {
+    fn step(&mut self, ctx: &mut Ctx) -> TaskResult<StepOutcome> {
         self.starts.lock().unwrap().push(freeride_abi::now_ns());
         let n = self.done.load(Ordering::SeqCst);
         if self.fail_at_step == Some(n) {
             return Err("step failed on purpose".into());
         }
-        std::thread::sleep(self.step);
+        let f = ctx.step_fraction();
+        self.fractions.lock().unwrap().push(f);
+        std::thread::sleep(self.step.mul_f64(f));
         self.done.fetch_add(1, Ordering::SeqCst);
         self.note("step");
         Ok(StepOutcome::Continue)
@@ -88,6 +96,10 @@ impl SideTask for SleepTask {
 
     fn is_finished(&self) -> bool {
         self.done.load(Ordering::SeqCst) >= self.max_steps
+    }
+
+    fn min_step_fraction(&self) -> f64 {
+        self.min_fraction
     }
 
     fn on_created(&mut self, _ctx: &mut Ctx) {
