@@ -156,7 +156,7 @@ impl Watchdog {
             else {
                 continue;
             };
-            if pid == 0 || session::pid_alive(pid) {
+            if pid == 0 || session::pid_running(pid) {
                 continue;
             }
             let Ok(text) = std::fs::read_to_string(e.path()) else {
@@ -249,7 +249,7 @@ impl Watchdog {
             let info = w.reader.info();
             let view = procs.iter().find(|p| p.pid == w.pid);
             let device = view.map_or(info.device, |p| p.device);
-            if info.exited || !session::pid_alive(w.pid) {
+            if info.exited || !session::pid_running(w.pid) {
                 if info.exited {
                     self.ended.push(w.pid);
                 } else {
@@ -323,7 +323,7 @@ impl Watchdog {
         // Of the hung side tasks of one GPU only the one whose oldest work was admitted first (on a
         // GPU that runs work in the order it is queued, it blocks the others; its due time can be
         // later than theirs when its estimate was longer) goes, and none while an evicted one is
-        // still dying (a zombie is gone: see `session::pid_alive`).
+        // still dying (a zombie is gone: see `session::pid_running`).
         doomed.sort_by_key(|d| (d.2, d.4));
         let mut hung_gpus: HashSet<i32> = dying;
         for (path, device, reason, why, _) in doomed {

@@ -104,16 +104,22 @@ pub fn list_rings(dir: &Path) -> io::Result<Vec<PathBuf>> {
     Ok(v)
 }
 
-/// Whether process `pid` runs (signal 0; a zombie, dead but not yet reaped by its parent, does not:
-/// it holds no memory, GPU context or CPU any more). Not for the hook path (reads /proc).
+/// Whether process `pid` exists (signal 0; a zombie still does). Cheap: the agent asks it of
+/// every ring on every poll.
 pub fn pid_alive(pid: u32) -> bool {
     if pid == 0 || pid > i32::MAX as u32 {
         return false;
     }
     // SAFETY: kill with signal 0 only checks for existence and permission.
     let r = unsafe { libc::kill(pid as i32, 0) };
-    let exists = r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-    exists && !is_zombie(pid)
+    r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Whether process `pid` runs: exists and is not a zombie (dead, not yet reaped by its parent; it
+/// holds no memory, GPU context or CPU any more). Reads /proc: for checks every few ms, not for
+/// every poll.
+pub fn pid_running(pid: u32) -> bool {
+    pid_alive(pid) && !is_zombie(pid)
 }
 
 /// `/proc/<pid>/stat` says Z (zombie) or X (dead). Unreadable: not a zombie.
@@ -136,7 +142,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_zombie_is_not_alive() {
+    fn a_zombie_is_not_running() {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
         // Not reaped yet: a zombie once it has exited.
@@ -144,9 +150,10 @@ mod tests {
         while !is_zombie(pid) && t0.elapsed() < std::time::Duration::from_secs(10) {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        assert!(!pid_alive(pid), "a zombie counts as alive");
+        assert!(!pid_running(pid), "a zombie counts as running");
+        assert!(pid_alive(pid), "a zombie still exists");
         child.wait().unwrap();
-        assert!(pid_alive(std::process::id()));
+        assert!(pid_running(std::process::id()));
     }
 
     #[test]
