@@ -411,22 +411,7 @@ impl Pacer {
         span_ns: u64,
         gpu_ns: Option<u64>,
     ) -> StepTiming {
-        let end = end_ns;
-        let gpu_ns = gpu_ns.unwrap_or(span_ns).min(span_ns);
-        let overran = !s.window.standalone && end > s.window.deadline_ns;
-        self.span.record(span_ns);
-        self.gpu.record(gpu_ns);
-        self.used_in_grant_ns += gpu_ns;
-        self.rec.steps += 1;
-        self.rec.gpu_busy_ns += gpu_ns;
-        self.rec.last_step_ns = span_ns;
-        self.rec.overruns += overran as u64;
-        self.write_status(false);
-        StepTiming {
-            span_ns,
-            gpu_ns,
-            overran,
-        }
+        self.account_step(s, end_ns, span_ns, gpu_ns, false)
     }
 
     /// Accounts a partial step (see [`Pacer::check_partial`]): its GPU time counts against the
@@ -438,11 +423,28 @@ impl Pacer {
         span_ns: u64,
         gpu_ns: Option<u64>,
     ) -> StepTiming {
+        self.account_step(s, end_ns, span_ns, gpu_ns, true)
+    }
+
+    fn account_step(
+        &mut self,
+        s: StepStart,
+        end_ns: u64,
+        span_ns: u64,
+        gpu_ns: Option<u64>,
+        partial: bool,
+    ) -> StepTiming {
         let gpu_ns = gpu_ns.unwrap_or(span_ns).min(span_ns);
         let overran = !s.window.standalone && end_ns > s.window.deadline_ns;
+        if partial {
+            self.rec.partial_steps += 1;
+        } else {
+            self.span.record(span_ns);
+            self.gpu.record(gpu_ns);
+            self.rec.last_step_ns = span_ns;
+        }
         self.used_in_grant_ns += gpu_ns;
         self.rec.steps += 1;
-        self.rec.partial_steps += 1;
         self.rec.gpu_busy_ns += gpu_ns;
         self.rec.overruns += overran as u64;
         self.write_status(false);

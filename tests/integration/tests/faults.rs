@@ -238,6 +238,36 @@ impl Drop for Agent {
     }
 }
 
+/// `c` is SIGKILLed within `within`, the agent says so in one line naming its pid and `why`, and
+/// `agent-status.json` counts one eviction under `status_key`.
+fn expect_evicted(
+    bed: &Bed,
+    agent: &Agent,
+    c: &mut Child,
+    within: Duration,
+    why: &str,
+    status_key: &str,
+) {
+    let st = wait_exit(c, within);
+    assert_eq!(
+        st.and_then(|s| s.signal()),
+        Some(libc::SIGKILL),
+        "the side task ({why}) was not killed (status {st:?})"
+    );
+    let pid = c.id();
+    assert!(
+        agent.wait_line(Duration::from_secs(5), |l| l
+            .contains(&format!("evicted side task pid {pid}"))
+            && l.contains(why)),
+        "no eviction line for pid {pid}"
+    );
+    assert!(
+        bed.wait_status(Duration::from_secs(5), |v| sidetasks(v, status_key) == 1)
+            .is_some(),
+        "agent-status.json does not count the eviction"
+    );
+}
+
 /// Waits for `c` to exit; `None` (and the child killed) if it is still running after `within`.
 fn wait_exit(c: &mut Child, within: Duration) -> Option<ExitStatus> {
     let t0 = Instant::now();
@@ -296,24 +326,13 @@ fn a_sidetask_stuck_in_a_kernel_is_killed_and_the_trainer_finishes() {
     // A well-behaved side task beside it: 200 kernels of 300 µs inside the grants.
     let (mut good, mut good_out) = bed.prog("sidetask", &["loop", "300", "200"]);
     assert_eq!(read_line(&mut good_out), "ready");
-    let st = wait_exit(&mut hung, Duration::from_secs(60));
-    assert_eq!(
-        st.and_then(|s| s.signal()),
-        Some(libc::SIGKILL),
-        "the hung side task was not killed (status {st:?})"
-    );
-    let pid = hung.id();
-    assert!(
-        agent.wait_line(Duration::from_secs(5), |l| l
-            .contains(&format!("evicted side task pid {pid}"))
-            && l.contains("hung")),
-        "no eviction line for pid {pid}"
-    );
-    assert!(
-        bed.wait_status(Duration::from_secs(5), |v| sidetasks(v, "evicted.hung")
-            == 1)
-            .is_some(),
-        "agent-status.json does not count the eviction"
+    expect_evicted(
+        &bed,
+        &agent,
+        &mut hung,
+        Duration::from_secs(60),
+        "hung",
+        "evicted.hung",
     );
     let js = wait_exit(&mut job, Duration::from_secs(120));
     assert!(
@@ -401,26 +420,13 @@ fn a_sidetask_over_its_memory_budget_is_killed_once_the_trainer_grows() {
     // The trainer takes 700 MiB: the side tasks' budget falls to 324 MiB.
     let (mut trainer, mut trainer_out) = bed.prog("trainer", &["hold", "700", "100"]);
     assert_eq!(read_line(&mut trainer_out), "held 0");
-    let st = wait_exit(&mut big, Duration::from_secs(30));
-    assert_eq!(
-        st.and_then(|s| s.signal()),
-        Some(libc::SIGKILL),
-        "the side task over its budget was not killed ({st:?})"
-    );
-    let pid = big.id();
-    assert!(
-        agent.wait_line(Duration::from_secs(5), |l| l
-            .contains(&format!("evicted side task pid {pid}"))
-            && l.contains("over its memory budget")),
-        "no eviction line for pid {pid}"
-    );
-    assert!(
-        bed.wait_status(Duration::from_secs(5), |v| sidetasks(
-            v,
-            "evicted.over_memory"
-        ) == 1)
-            .is_some(),
-        "agent-status.json does not count the eviction"
+    expect_evicted(
+        &bed,
+        &agent,
+        &mut big,
+        Duration::from_secs(30),
+        "over its memory budget",
+        "evicted.over_memory",
     );
     // The one within the budget and the trainer live on, and exit normally.
     std::thread::sleep(Duration::from_millis(700));
