@@ -15,6 +15,9 @@ use std::path::{Path, PathBuf};
 pub const RESCAN_NS: Ns = 20_000_000;
 /// A ring file whose header is still not valid this long after it was first seen is ignored.
 pub const UNREADY_GIVE_UP_NS: Ns = 1_000_000_000;
+/// A ring's writer that has not marked it exited is checked for being alive (a `kill(pid, 0)`) at
+/// most this often, not at every poll: an exit is then seen up to this much later.
+pub const LIVENESS_CHECK_NS: Ns = 1_000_000;
 /// Records taken from one ring per poll (so that one busy ring cannot starve the others).
 const MAX_PER_POLL: usize = 4096;
 
@@ -50,6 +53,26 @@ struct Proc {
     groups: HashMap<u32, CommSig>,
     /// Live allocations: device pointer -> bytes.
     allocations: HashMap<u64, u64>,
+    /// When the writer's process was last found alive (see [`LIVENESS_CHECK_NS`]).
+    alive_at_ns: Ns,
+}
+
+impl Proc {
+    /// Whether the writer marked the ring exited or its process is gone (looked up at most every
+    /// [`LIVENESS_CHECK_NS`]).
+    fn writer_gone(&mut self, now: Ns) -> bool {
+        if self.reader.info().exited {
+            return true;
+        }
+        if now.saturating_sub(self.alive_at_ns) < LIVENESS_CHECK_NS {
+            return false;
+        }
+        let gone = self.reader.writer_gone();
+        if !gone {
+            self.alive_at_ns = now;
+        }
+        gone
+    }
 }
 
 /// The session directory's rings.
@@ -90,7 +113,7 @@ impl Collector {
         }
         let mut finished = vec![];
         for (path, p) in self.procs.iter_mut() {
-            let gone_before = p.reader.writer_gone();
+            let gone_before = p.writer_gone(now);
             self.buf.clear();
             let st = p.reader.poll(MAX_PER_POLL, &mut self.buf);
             p.view.events += st.records;
@@ -150,6 +173,7 @@ impl Collector {
                             view,
                             groups: HashMap::new(),
                             allocations: HashMap::new(),
+                            alive_at_ns: 0,
                         },
                     );
                 }

@@ -1,11 +1,12 @@
-//! `freeride run [--role trainer|sidetask] [--dir DIR] [--trace PATH] [--priority N] -- CMD ARGS...`
+//! `freeride run [--role trainer|sidetask] [--dir DIR] [--trace PATH] [--priority N] [--nice N] -- CMD ARGS...`
 //!
 //! Execs CMD (same pid, signals and exit status as CMD itself) with `LD_PRELOAD` prepended with
 //! libfreeride.so, `FREERIDE_ROLE` and `FREERIDE_DIR` set, after creating the session directory
 //! (mode 0700). The library is `$FREERIDE_LIB`, else `libfreeride.so` next to this executable,
-//! else `../lib/libfreeride.so` relative to it.
+//! else `../lib/libfreeride.so` relative to it. A side task is started at a low CPU priority (nice
+//! 19 unless `--nice` or `FREERIDE_SIDETASK_NICE` says otherwise; see `freeride_abi::cpu`).
 use clap::{Args, ValueEnum};
-use freeride_abi::{env, session};
+use freeride_abi::{cpu, env, session};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 
@@ -30,6 +31,10 @@ pub struct RunArgs {
     /// tasks hold it.
     #[arg(long)]
     pub priority: Option<u64>,
+    /// A side task's CPU priority, as a nice value 0..=19 (default: $FREERIDE_SIDETASK_NICE, else
+    /// 19: the trainer's host threads get the CPU first; 0: as started).
+    #[arg(long, value_parser = clap::value_parser!(i32).range(0..=19))]
+    pub nice: Option<i32>,
     /// The command and its arguments.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, num_args = 1..)]
     pub command: Vec<String>,
@@ -74,6 +79,27 @@ pub fn main(a: RunArgs) -> i32 {
         RoleArg::Sidetask => "sidetask",
     };
     let mut cmd = std::process::Command::new(&a.command[0]);
+    if let RoleArg::Sidetask = a.role {
+        let nice = match a
+            .nice
+            .map_or_else(|| cpu::sidetask_nice(cpu::DEFAULT_SIDETASK_NICE), Ok)
+        {
+            Ok(n) => n,
+            Err(e) => {
+                eprintln!("freeride run: {e}");
+                return 2;
+            }
+        };
+        // Before the exec, so that every thread of the side task starts at it; the interposer and
+        // the SDK read the same value.
+        if let Err(e) = cpu::lower_process_priority(nice) {
+            eprintln!("freeride run: cannot lower the CPU priority to nice {nice}: {e}");
+        }
+        cmd.env(cpu::ENV_SIDETASK_NICE, nice.to_string());
+    } else if a.nice.is_some() {
+        eprintln!("freeride run: --nice is for side tasks (--role sidetask)");
+        return 2;
+    }
     cmd.args(&a.command[1..])
         .env("LD_PRELOAD", preload)
         .env(env::ROLE, role)

@@ -88,6 +88,7 @@ pub fn main(a: SimArgs) -> i32 {
                 "idle": it.ranks.iter().map(|r| r.idle_intervals.clone()).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
             "side": res.kernels.iter().filter(|k| res.sidetask_pids.contains(&k.pid)).map(|k| json!([k.device, k.start_ns, k.end_ns])).collect::<Vec<_>>(),
+            "trainer": res.kernels.iter().filter(|k| !res.sidetask_pids.contains(&k.pid)).map(|k| json!([k.device, k.queued_ns, k.start_ns, k.end_ns, k.kind])).collect::<Vec<_>>(),
             "bubbles": res.bubbles.iter().map(|b| json!([b.pid, b.bubble.start, b.bubble.end, b.bubble.opened_seen, b.bubble.closed_seen, b.bubble.predicted_end])).collect::<Vec<_>>(),
         });
         if let Err(e) = std::fs::write(&path, dump.to_string()) {
@@ -119,6 +120,7 @@ pub fn main(a: SimArgs) -> i32 {
             "missed_idle_intervals": s.missed_idle_intervals,
             "predicted_end_error_us_p50": r(err50, 1),
             "predicted_end_error_us_p99": r(err99, 1),
+            "trainer": res.kernels.iter().filter(|k| !res.sidetask_pids.contains(&k.pid)).map(|k| json!([k.device, k.queued_ns, k.start_ns, k.end_ns, k.kind])).collect::<Vec<_>>(),
             "bubbles": res.bubbles.len(),
         },
         "agent": { "events": res.events, "dropped": res.dropped },

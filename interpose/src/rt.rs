@@ -5,7 +5,7 @@
 //! back to `UNINIT` (new pid -> new ring). Nothing here runs in a constructor or inside dlsym.
 use crate::{comm, trace};
 use freeride_abi::ring::{self, Geometry, RingView};
-use freeride_abi::{env, now_ns, session, Api, Kind, Record, Role};
+use freeride_abi::{cpu, env, now_ns, session, Api, Kind, Record, Role};
 use std::cell::Cell;
 use std::sync::atomic::{
     AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering,
@@ -397,9 +397,21 @@ fn do_init() -> u8 {
         return OFF;
     }
     if role == Role::Sidetask {
+        yield_cpu_to_trainer();
         SIDETASK
     } else {
         TRAINER
+    }
+}
+
+/// A side task's threads take a low CPU priority (see [`freeride_abi::cpu`]).
+fn yield_cpu_to_trainer() {
+    let nice = cpu::sidetask_nice(cpu::DEFAULT_SIDETASK_NICE).unwrap_or_else(|e| {
+        eprintln!("freeride: {e}; using {}", cpu::DEFAULT_SIDETASK_NICE);
+        cpu::DEFAULT_SIDETASK_NICE
+    });
+    if let Err(e) = cpu::lower_process_priority(nice) {
+        eprintln!("freeride: cannot lower this side task's CPU priority to nice {nice}: {e}");
     }
 }
 

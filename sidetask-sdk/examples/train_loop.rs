@@ -42,6 +42,7 @@ struct Trainer {
     params_buf: Option<u64>,
     /// The smallest minibatch share a step may shrink to at a grant's end (`--min-fraction`).
     min_fraction: f64,
+    scratch: Scratch,
 }
 
 impl Trainer {
@@ -49,48 +50,60 @@ impl Trainer {
         (flops as u64 * self.ns_per_flop_x1000 / 1000).max(1_000)
     }
 
-    /// One SGD step on a fresh minibatch of `batch` samples; returns its loss (MSE).
+    /// One SGD step on a fresh minibatch of `batch` samples; returns its loss (MSE). The host
+    /// work stays small beside the step's simulated GPU time (buffers reused, no allocation per
+    /// sample): on the test bed the side tasks' host threads share the CPU with the simulated GPUs
+    /// and the trainer.
     fn sgd_step(&mut self, batch: usize) -> f64 {
         let (d, h) = (self.model.d_in, self.model.hidden);
-        let mut g1 = vec![0.0; h * d];
-        let mut g2 = vec![0.0; h];
+        let Scratch { x, z, g1, g2 } = &mut self.scratch;
+        x.resize(d, 0.0);
+        z.resize(h, 0.0);
+        g1.clear();
+        g1.resize(h * d, 0.0);
+        g2.clear();
+        g2.resize(h, 0.0);
         let mut loss = 0.0;
         for _ in 0..batch {
-            let x: Vec<f64> = (0..d).map(|_| self.rng.next_f64()).collect();
-            let y: f64 = x
-                .iter()
-                .zip(&self.teacher)
-                .map(|(a, b)| a * b)
-                .sum::<f64>()
-                .tanh();
-            let z: Vec<f64> = (0..h)
-                .map(|j| {
-                    (0..d)
-                        .map(|i| self.model.w1[j * d + i] * x[i])
-                        .sum::<f64>()
-                        .tanh()
-                })
-                .collect();
-            let out: f64 = z.iter().zip(&self.model.w2).map(|(a, b)| a * b).sum();
-            let err = out - y;
+            for v in x.iter_mut() {
+                *v = self.rng.next_f64();
+            }
+            let y = dot(x, &self.teacher).tanh();
+            for (j, zj) in z.iter_mut().enumerate() {
+                *zj = dot(&self.model.w1[j * d..(j + 1) * d], x).tanh();
+            }
+            let err = dot(z, &self.model.w2) - y;
             loss += err * err;
             for j in 0..h {
                 g2[j] += err * z[j];
                 let dz = err * self.model.w2[j] * (1.0 - z[j] * z[j]);
-                for i in 0..d {
-                    g1[j * d + i] += dz * x[i];
+                for (g, xi) in g1[j * d..(j + 1) * d].iter_mut().zip(x.iter()) {
+                    *g += dz * xi;
                 }
             }
         }
         let s = self.lr / batch as f64;
-        for (w, g) in self.model.w1.iter_mut().zip(&g1) {
+        for (w, g) in self.model.w1.iter_mut().zip(g1.iter()) {
             *w -= s * g;
         }
-        for (w, g) in self.model.w2.iter_mut().zip(&g2) {
+        for (w, g) in self.model.w2.iter_mut().zip(g2.iter()) {
             *w -= s * g;
         }
         loss / batch as f64
     }
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// Buffers of one SGD step, kept between steps.
+#[derive(Default)]
+struct Scratch {
+    x: Vec<f64>,
+    z: Vec<f64>,
+    g1: Vec<f64>,
+    g2: Vec<f64>,
 }
 
 impl SideTask for Trainer {
@@ -165,6 +178,7 @@ fn main() {
         ns_per_flop_x1000: args.get_u64("ps-per-flop", 2_000),
         params_buf: None,
         min_fraction: args.get_f64("min-fraction", 0.25).clamp(0.01, 1.0),
+        scratch: Scratch::default(),
     };
     let mut rt = Runtime::new(args.config.clone()).unwrap_or_else(|e| {
         eprintln!("train_loop: {e}");

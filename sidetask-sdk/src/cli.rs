@@ -1,5 +1,6 @@
 //! Tiny argument parsing shared by the examples: `--device N`, `--name S`, `--session-dir P`,
-//! `--standalone`, `--probe-min-us N`, `--mem-cap-mib N`, `--overlap 0|1` (`overlap_steps`), plus
+//! `--standalone`, `--probe-min-us N`, `--mem-cap-mib N`, `--overlap 0|1` (`overlap_steps`),
+//! `--nice N` (`cpu_nice`), plus
 //! task-specific `--key value` pairs.
 use crate::config::{NoAgent, TaskConfig};
 use std::collections::HashMap;
@@ -49,6 +50,10 @@ impl Args {
                 "mem-cap-mib" => config.mem_cap_bytes = Some(num()? << 20),
                 "priority" => config.priority = num()?,
                 "overlap" => config.overlap_steps = num()? != 0,
+                "nice" => {
+                    config.cpu_nice = freeride_abi::cpu::parse_nice(&val)
+                        .ok_or_else(|| format!("--nice: a nice value from 0 to 19, got {val}"))?
+                }
                 "margin" => {
                     config.margin = val
                         .parse::<f64>()

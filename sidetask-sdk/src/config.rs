@@ -4,6 +4,7 @@
 //! [`TaskConfig::from_env`], and applied on top of a JSON config by the C ABI):
 //! * `FREERIDE_SIDETASK_DEVICE` — the device id;
 //! * `FREERIDE_SIDETASK_STANDALONE=1` — `no_agent = standalone`;
+//! * `FREERIDE_SIDETASK_NICE` — `cpu_nice`;
 //! * `FREERIDE_DIR` — the session directory (as everywhere in freeride).
 use crate::error::{Result, SdkError};
 use serde::{Deserialize, Serialize};
@@ -62,6 +63,9 @@ pub struct TaskConfig {
     /// Iterative runtime: start the next step while the previous one still runs on the GPU
     /// ("one step ahead") when both still fit in the grant, so the GPU is not idle between steps.
     pub overlap_steps: bool,
+    /// The task's threads run at this nice value (0..=19; 0: as started), so the trainer's host
+    /// threads get the CPU first (see `freeride_abi::cpu`). Default 19.
+    pub cpu_nice: i32,
 }
 
 impl Default for TaskConfig {
@@ -85,6 +89,7 @@ impl Default for TaskConfig {
             write_status: true,
             handle_sigterm: true,
             overlap_steps: true,
+            cpu_nice: freeride_abi::cpu::DEFAULT_SIDETASK_NICE,
         }
     }
 }
@@ -123,6 +128,10 @@ impl TaskConfig {
         if std::env::var(ENV_STANDALONE).is_ok_and(|v| v == "1" || v == "true") {
             self.no_agent = NoAgent::Standalone;
         }
+        if let Ok(v) = std::env::var(freeride_abi::cpu::ENV_SIDETASK_NICE) {
+            // Out of range: refused by `validate`, which names the variable.
+            self.cpu_nice = freeride_abi::cpu::parse_nice(&v).unwrap_or(-1);
+        }
         self
     }
 
@@ -139,6 +148,12 @@ impl TaskConfig {
         }
         if self.poll_min_us == 0 || self.poll_max_us < self.poll_min_us {
             return bad("need 0 < poll_min_us <= poll_max_us");
+        }
+        if !(0..=19).contains(&self.cpu_nice) {
+            return bad(&format!(
+                "cpu_nice must be within 0..=19 ({} too)",
+                freeride_abi::cpu::ENV_SIDETASK_NICE
+            ));
         }
         Ok(())
     }
@@ -165,6 +180,12 @@ mod tests {
         assert!(TaskConfig::from_json("{}").is_ok());
         assert!(TaskConfig::from_json(r#"{"nonsense":1}"#).is_err());
         assert!(TaskConfig::from_json(r#"{"margin":0.5}"#).is_err());
+        assert_eq!(c.cpu_nice, 19);
+        assert!(TaskConfig::from_json(r#"{"cpu_nice":20}"#).is_err());
+        assert_eq!(
+            TaskConfig::from_json(r#"{"cpu_nice":0}"#).unwrap().cpu_nice,
+            0
+        );
         assert!(TaskConfig::from_json("not json").is_err());
     }
 }

@@ -128,6 +128,12 @@ impl Pacer {
         if cfg.handle_sigterm {
             crate::stop::install_sigterm_handler();
         }
+        if let Err(e) = freeride_abi::cpu::lower_process_priority(cfg.cpu_nice) {
+            eprintln!(
+                "freeride-sidetask: {}: cannot lower the CPU priority to nice {}: {e}",
+                cfg.name, cfg.cpu_nice
+            );
+        }
         let dir = cfg.session_dir();
         let status = if cfg.write_status {
             match freeride_abi::session::ensure_dir(&dir) {

@@ -79,6 +79,7 @@ impl Bed {
             .env("FREERIDE_DIR", &self.session)
             .env_remove("FREERIDE_SIDETASK_STANDALONE")
             .env_remove("FREERIDE_SIDETASK_DEVICE")
+            .env_remove("FREERIDE_SIDETASK_NICE")
             .env_remove("LD_PRELOAD");
         c
     }
@@ -212,8 +213,13 @@ fn pagerank_launches_only_inside_grants() {
         .unwrap();
     let pid = child.id();
     let mut windows = vec![];
+    let mut nices = vec![];
     let started = std::time::Instant::now();
     while child.try_wait().unwrap().is_none() {
+        if windows.len() == 1 {
+            // Running, its GPU opened: every thread at the SDK's default CPU priority.
+            nices = freeride_abi::cpu::thread_nices(pid);
+        }
         assert!(
             started.elapsed() < Duration::from_secs(60),
             "pagerank did not finish"
@@ -229,6 +235,12 @@ fn pagerank_launches_only_inside_grants() {
     let s = summary(&out);
     assert_eq!(s["state"], "finished");
     assert_eq!(s["steps"], 25);
+    // SAFETY: getpriority only reads this thread's nice value.
+    let ours = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+    assert!(
+        !nices.is_empty() && nices.iter().all(|n| *n == ours.max(19)),
+        "the side task's threads run at nice {nices:?}, not 19"
+    );
     let k = bed.kernels(pid);
     assert_eq!(count(&k, "spmv"), 25);
     assert!(

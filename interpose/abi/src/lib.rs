@@ -7,10 +7,12 @@
 //! * event kinds, the hooked API ids and their C names, and the decoded [`event::Event`] ([`event`]);
 //! * the JSON-lines form of an event used by `FREERIDE_TRACE` ([`json`]);
 //! * a safe reader for the agent that validates every byte it reads from shared memory ([`reader`]);
-//! * the per-GPU grant control block of the side-task gate ([`grant`]).
+//! * the per-GPU grant control block of the side-task gate ([`grant`]);
+//! * the CPU priority side tasks take ([`cpu`]).
 //!
 //! Everything in shared memory is little-endian, fixed-size, and only ever accessed through atomics,
 //! so a hostile or corrupt writer can make a reader see garbage values but never crash it.
+pub mod cpu;
 pub mod event;
 pub mod grant;
 pub mod grant_shm;

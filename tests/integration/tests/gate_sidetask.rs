@@ -446,3 +446,35 @@ fn the_memory_budget_is_for_all_the_gpus_side_tasks_together() {
     });
     assert_eq!(run(&["mem", "32", "32", "1"]), ["0", "0", "2"]);
 }
+
+#[test]
+fn an_unmodified_sidetask_yields_the_cpu_to_the_trainer() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let bed = Bed::new("nice");
+    // SAFETY: getpriority only reads this thread's nice value.
+    let ours = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+    for (role, env, want) in [
+        ("sidetask", None, 19),
+        ("sidetask", Some("4"), 4),
+        ("trainer", None, ours),
+    ] {
+        let mut c = bed.cmd(role, &["loop", &KERNEL_US.to_string()], &[]);
+        if let Some(n) = env {
+            c.env("FREERIDE_SIDETASK_NICE", n);
+        }
+        let mut child = c.spawn().unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "{role} did not start");
+        // The interposer starts at the first hooked call; a side task without an agent is then
+        // held at its first launch, a trainer runs on.
+        std::thread::sleep(Duration::from_millis(200));
+        let nices = freeride_abi::cpu::thread_nices(child.id());
+        kill(child);
+        assert!(
+            !nices.is_empty() && nices.iter().all(|n| *n == want.max(ours)),
+            "{role} (FREERIDE_SIDETASK_NICE={env:?}): thread nice values {nices:?}, want {want}"
+        );
+    }
+}

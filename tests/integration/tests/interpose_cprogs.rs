@@ -561,6 +561,46 @@ fn freeride_run_sets_preload_role_and_dir() {
     let md = std::fs::metadata(&sess).unwrap();
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(md.permissions().mode() & 0o777, 0o700);
+    // A side task starts at the lowest CPU priority unless told otherwise; a trainer as it was.
+    let nice_of = |args: &[&str], env: Option<&str>| {
+        let mut c = Command::new(&exe);
+        c.arg("run")
+            .args(args)
+            .args([
+                "--",
+                "sh",
+                "-c",
+                "cut -d')' -f2 /proc/$$/stat | cut -d' ' -f18",
+            ])
+            .env("FREERIDE_DIR", &sess)
+            .env_remove("FREERIDE_SIDETASK_NICE");
+        if let Some(v) = env {
+            c.env("FREERIDE_SIDETASK_NICE", v);
+        }
+        let o = c.output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).trim().to_string(),
+            String::from_utf8_lossy(&o.stderr).to_string(),
+        )
+    };
+    // SAFETY: getpriority only reads this thread's nice value.
+    let ours = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+    let at = |n: i32| n.max(ours).to_string();
+    assert_eq!(nice_of(&["--role", "sidetask"], None).1, at(19));
+    assert_eq!(
+        nice_of(&["--role", "sidetask", "--nice", "5"], None).1,
+        at(5)
+    );
+    assert_eq!(nice_of(&["--role", "sidetask"], Some("3")).1, at(3));
+    assert_eq!(nice_of(&["--role", "trainer"], None).1, ours.to_string());
+    let (code, _, err) = nice_of(&["--role", "trainer", "--nice", "5"], None);
+    assert!(code == Some(2) && err.contains("--nice"), "{code:?} {err}");
+    let (code, _, err) = nice_of(&["--role", "sidetask"], Some("40"));
+    assert!(
+        code == Some(2) && err.contains("FREERIDE_SIDETASK_NICE"),
+        "{code:?} {err}"
+    );
     // Exit status is passed through.
     let st = Command::new(&exe)
         .args(["run", "--", "sh", "-c", "exit 7"])

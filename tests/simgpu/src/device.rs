@@ -254,7 +254,14 @@ impl Device {
     /// microseconds late on a busy virtual machine, which would lengthen every simulated kernel: so
     /// it sleeps until [`SPIN_FINISH_NS`] before the deadline and spins the rest.
     pub fn sleep_until(deadline_ns: u64) {
-        let early = deadline_ns.saturating_sub(SPIN_FINISH_NS);
+        Self::sleep_until_late(deadline_ns.saturating_sub(SPIN_FINISH_NS));
+        while crate::abi::now_ns() < deadline_ns {
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Sleeps until `deadline_ns` on the test bed's clock, or later (no spin).
+    pub fn sleep_until_late(early: u64) {
         if crate::abi::now_ns() < early {
             let ts = libc::timespec {
                 tv_sec: (early / 1_000_000_000) as libc::time_t,
@@ -275,9 +282,6 @@ impl Device {
                     break;
                 }
             }
-        }
-        while crate::abi::now_ns() < deadline_ns {
-            std::hint::spin_loop();
         }
     }
 }
