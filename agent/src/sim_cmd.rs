@@ -120,7 +120,6 @@ pub fn main(a: SimArgs) -> i32 {
             "missed_idle_intervals": s.missed_idle_intervals,
             "predicted_end_error_us_p50": r(err50, 1),
             "predicted_end_error_us_p99": r(err99, 1),
-            "trainer": res.kernels.iter().filter(|k| !res.sidetask_pids.contains(&k.pid)).map(|k| json!([k.device, k.queued_ns, k.start_ns, k.end_ns, k.kind])).collect::<Vec<_>>(),
             "bubbles": res.bubbles.len(),
         },
         "agent": { "events": res.events, "dropped": res.dropped },

@@ -50,6 +50,30 @@ fn check_inference(args: &[&str]) {
     for k in ["schedule", "stages", "microbatches", "truth", "inference"] {
         assert!(!r[k].is_null(), "report lacks {k}: {r}");
     }
+    // Exactly the fields the README documents (`freeride sim --json`).
+    let mut keys: Vec<&str> = inf
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|k| k.as_str())
+        .collect();
+    keys.sort_unstable();
+    let mut documented = vec![
+        "precision",
+        "recall",
+        "forecast_precision",
+        "forecast_recall",
+        "live_precision",
+        "live_recall",
+        "detect_latency_us_p50",
+        "detect_latency_us_p99",
+        "missed_idle_intervals",
+        "predicted_end_error_us_p50",
+        "predicted_end_error_us_p99",
+        "bubbles",
+    ];
+    documented.sort_unstable();
+    assert_eq!(keys, documented, "inference fields");
     let bf = r["truth"]["bubble_fraction"].as_f64().unwrap();
     assert!(bf > 0.0 && bf < 1.0, "{r}");
 }
