@@ -171,7 +171,7 @@ pub struct Scores {
     pub scored_iterations: usize,
     pub predicted_end_error_us: Vec<f64>,
     /// When the job changed its micro-batch count: per iteration from the change on, the share of
-    /// its bubbles (of at least [`MIN_SCORED_IDLE_NS`]) whose end was predicted within
+    /// its bubbles (of at least [`RELEARN_MIN_NS`]) whose end was predicted within
     /// [`RELEARN_TOLERANCE`].
     pub after_change: Vec<f64>,
     /// Iterations after the change until predictions are right again (and stay right): the first
@@ -181,6 +181,10 @@ pub struct Scores {
     pub relearned_in: Option<usize>,
 }
 
+/// Bubbles scored for relearning are at least this long: a host stall of a millisecond on a
+/// small machine turns the ~0.1 ms hops between kernels into bubbles of about that length, which
+/// no pattern of the job predicts.
+pub const RELEARN_MIN_NS: Ns = 2_000_000;
 /// A predicted end counts as right within max(this share of the bubble, [`RELEARN_FLOOR_NS`]).
 pub const RELEARN_TOLERANCE: f64 = 0.1;
 pub const RELEARN_FLOOR_NS: f64 = 500_000.0;
@@ -201,7 +205,7 @@ fn relearn_curve(r: &SimResult, at: usize) -> Vec<(usize, usize)> {
                 let len = b.end.saturating_sub(b.start);
                 if b.start < it.start_ns
                     || b.start >= it.end_ns
-                    || len < MIN_SCORED_IDLE_NS
+                    || len < RELEARN_MIN_NS
                     || b.cut_by_exit
                 {
                     continue;
