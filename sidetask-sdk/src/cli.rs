@@ -1,6 +1,6 @@
 //! Tiny argument parsing shared by the examples: `--device N`, `--name S`, `--session-dir P`,
 //! `--standalone`, `--probe-min-us N`, `--mem-cap-mib N`, `--overlap 0|1` (`overlap_steps`),
-//! `--nice N` (`cpu_nice`), plus
+//! `--in-flight N` (`steps_in_flight`), `--nice N` (`cpu_nice`), plus
 //! task-specific `--key value` pairs.
 use crate::config::{NoAgent, TaskConfig};
 use std::collections::HashMap;
@@ -50,6 +50,7 @@ impl Args {
                 "mem-cap-mib" => config.mem_cap_bytes = Some(num()? << 20),
                 "priority" => config.priority = num()?,
                 "overlap" => config.overlap_steps = num()? != 0,
+                "in-flight" => config.steps_in_flight = num()? as u32,
                 "nice" => {
                     config.cpu_nice = freeride_abi::cpu::parse_nice(&val)
                         .ok_or_else(|| format!("--nice: a nice value from 0 to 19, got {val}"))?

@@ -60,9 +60,14 @@ pub struct TaskConfig {
     pub write_status: bool,
     /// SIGTERM requests a clean stop (the task ends `stopped` after its current step).
     pub handle_sigterm: bool,
-    /// Iterative runtime: start the next step while the previous one still runs on the GPU
-    /// ("one step ahead") when both still fit in the grant, so the GPU is not idle between steps.
+    /// Iterative runtime: start the next step while earlier ones still run on the GPU when all of
+    /// them still fit in the grant, so the GPU is not idle between steps.
     pub overlap_steps: bool,
+    /// With `overlap_steps`: the most steps on the GPU at once (the running one and those queued
+    /// behind it), each started only while all of them still fit the grant. More ride out longer
+    /// stalls of the task's host thread; all of them drain when a grant closes early. 2 is "one
+    /// step ahead". Default 3.
+    pub steps_in_flight: u32,
     /// The task's threads run at this nice value (0..=19; 0: as started), so the trainer's host
     /// threads get the CPU first (see `freeride_abi::cpu`). Default 19.
     pub cpu_nice: i32,
@@ -89,6 +94,7 @@ impl Default for TaskConfig {
             write_status: true,
             handle_sigterm: true,
             overlap_steps: true,
+            steps_in_flight: 3,
             cpu_nice: freeride_abi::cpu::DEFAULT_SIDETASK_NICE,
         }
     }
@@ -148,6 +154,9 @@ impl TaskConfig {
         }
         if self.poll_min_us == 0 || self.poll_max_us < self.poll_min_us {
             return bad("need 0 < poll_min_us <= poll_max_us");
+        }
+        if !(1..=8).contains(&self.steps_in_flight) {
+            return bad("steps_in_flight must be within 1..=8");
         }
         if !(0..=19).contains(&self.cpu_nice) {
             return bad(&format!(

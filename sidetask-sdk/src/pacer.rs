@@ -298,12 +298,12 @@ impl Pacer {
         }
     }
 
-    /// The window if a next step fits behind a step still running on the GPU ("one step ahead"):
-    /// the estimates are learned and the grant has `in_flight_ns` (what the running step may
-    /// still take) plus a step's GPU time left (queued behind the running step, its work starts on
-    /// the GPU as that one ends: the host's launch and wake-up, which a step's span includes, are
-    /// not on the GPU's clock), and `in_flight_gpu_ns` (its GPU time, not yet charged) plus a
-    /// step's GPU time of budget left.
+    /// The window if a next step fits behind steps still on the GPU ("steps ahead"): the
+    /// estimates are learned and the grant has `in_flight_ns` (what the steps in flight may still
+    /// take) plus a step's GPU time left (queued behind them, its work starts on the GPU as they
+    /// end: the host's launch and wake-up, which a step's span includes, are not on the GPU's
+    /// clock), and `in_flight_gpu_ns` (their GPU time, not yet charged) plus a step's GPU time of
+    /// budget left.
     pub fn check_ahead(&mut self, in_flight_ns: u64, in_flight_gpu_ns: u64) -> Option<Window> {
         if !(self.span.is_learned() && self.gpu.is_learned()) {
             return None;

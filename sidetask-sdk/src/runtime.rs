@@ -9,14 +9,15 @@
 //! `step`, synchronize the task's stream, record the step's span and GPU time. When the next step
 //! does not fit the task moves to `paused` (its GPU memory is kept) and polls the grant.
 //!
-//! With `overlap_steps` (default) the runtime runs one step ahead: when the time left in the grant
-//! covers what the step still running on the GPU may take plus a whole next step (and the budget
-//! both steps' GPU time), the next `step` is called before the previous one is synchronized, so
-//! the GPU is fed across the step boundary; the previous step is then waited for, and the last
-//! step that fits is synchronized as usual. A step's GPU time is measured with CUDA events around
-//! its launches, so a step queued behind another is measured alone. Device work of the previous
-//! step is ordered before the next one's (one stream); host code that reads its results must
-//! synchronize itself (`ctx.gpu()?.synchronize()`).
+//! With `overlap_steps` (default) the runtime runs steps ahead: while the time left in the grant
+//! covers what the steps already on the GPU may still take plus a whole next step (and the budget
+//! all of their GPU time), the next `step` is called before the earlier ones are synchronized, up
+//! to `steps_in_flight` (default 3) steps on the GPU at once; the runtime then waits for the oldest.
+//! The GPU is so fed across step boundaries and through short stalls of the task's host thread;
+//! the last steps that fit are synchronized as usual. A step's GPU time is measured with CUDA
+//! events around its launches, so a step queued behind another is measured alone. Device work of
+//! earlier steps is ordered before the next one's (one stream); host code that reads its results
+//! must synchronize itself (`ctx.gpu()?.synchronize()`).
 use crate::config::TaskConfig;
 use crate::error::{Result, SdkError};
 use crate::gpu::{Gpu, StepMark};
@@ -25,6 +26,7 @@ use crate::memory::DeviceMemory;
 use crate::pacer::{Pacer, StepStart, Summary, WaitOutcome, Window};
 use crate::stop::StopFlag;
 use freeride_abi::now_ns;
+use std::collections::VecDeque;
 
 /// The error type of side-task code.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -243,6 +245,21 @@ impl Runtime {
         res
     }
 
+    /// [`Runtime::finish`]es the oldest step in flight; the next one's GPU work starts no later
+    /// than now (it was queued behind it).
+    fn finish_oldest(
+        &mut self,
+        ctx: &mut Ctx,
+        oldest: Launched,
+        rest: &mut VecDeque<Launched>,
+    ) -> Result<()> {
+        let r = self.finish(ctx, oldest);
+        if let Some(next) = rest.front_mut() {
+            next.anchor_ns = next.anchor_ns.max(now_ns());
+        }
+        r
+    }
+
     fn go<T: SideTask + ?Sized>(&mut self, task: &mut T, ctx: &mut Ctx, to: State) -> Result<()> {
         self.pacer.transition(to)?;
         match to {
@@ -276,23 +293,34 @@ impl Runtime {
         }
         self.go(task, &mut ctx, State::Created)?;
         self.go(task, &mut ctx, State::Paused)?;
-        let overlap = self.pacer.config().overlap_steps;
-        // The previous step, its GPU work not yet waited for (only with `overlap_steps`).
-        let mut pending: Option<Launched> = None;
+        let cfg = self.pacer.config();
+        // Steps on the GPU at once: the running one and those queued behind it.
+        let in_flight_max = if cfg.overlap_steps {
+            cfg.steps_in_flight.max(1) as usize
+        } else {
+            1
+        };
+        // Steps whose GPU work is not yet waited for, oldest first (fewer than `in_flight_max`).
+        let mut pending: VecDeque<Launched> = VecDeque::new();
         loop {
             let ending = self.pacer.stop_requested() || task.is_finished();
-            let ahead = match &pending {
-                Some(p) if !ending => {
-                    let now = now_ns();
+            let ahead = match pending.front() {
+                Some(oldest) if !ending => {
+                    // What the steps in flight may still take: the oldest's remaining GPU time
+                    // (it started no later than its anchor) and the others' whole GPU time.
                     let gpu_est = self.pacer.gpu_estimate_ns();
-                    let left = gpu_est.saturating_sub(now.saturating_sub(p.anchor_ns));
-                    self.pacer.check_ahead(left, gpu_est)
+                    let queued = gpu_est.saturating_mul(pending.len() as u64 - 1);
+                    let left = gpu_est
+                        .saturating_sub(now_ns().saturating_sub(oldest.anchor_ns))
+                        .saturating_add(queued);
+                    self.pacer
+                        .check_ahead(left, gpu_est.saturating_mul(pending.len() as u64))
                 }
                 _ => None,
             };
             if ahead.is_none() {
-                if let Some(p) = pending.take() {
-                    if let Err(e) = self.finish(&mut ctx, p) {
+                while let Some(p) = pending.pop_front() {
+                    if let Err(e) = self.finish_oldest(&mut ctx, p, &mut pending) {
                         return Err(self.fail(task, &mut ctx, "synchronize", e.into()));
                     }
                 }
@@ -343,13 +371,17 @@ impl Runtime {
             let mark = ctx.end_step_mark();
             ctx.window = None;
             ctx.steps += 1;
-            let queued_behind = pending.is_some();
-            // The previous step (one step ahead at most): wait for it now.
-            let mut prev_err = None;
-            if let Some(mut p) = pending.take() {
+            let queued_behind = !pending.is_empty();
+            if let Some(p) = pending.back_mut() {
                 p.followed = true;
-                if let Err(e) = self.finish(&mut ctx, p) {
-                    prev_err = Some(e);
+            }
+            // With as many steps in flight as allowed (this one included), wait for the oldest.
+            let mut prev_err = None;
+            if pending.len() + 1 >= in_flight_max {
+                if let Some(p) = pending.pop_front() {
+                    if let Err(e) = self.finish_oldest(&mut ctx, p, &mut pending) {
+                        prev_err = Some(e);
+                    }
                 }
             }
             let mark = match mark {
@@ -365,6 +397,7 @@ impl Runtime {
             };
             let cur = Launched {
                 start,
+                // Queued behind steps still running: re-anchored when the one before it is done.
                 anchor_ns: now_ns().max(returned_ns),
                 mark,
                 returned_ns,
@@ -372,16 +405,18 @@ impl Runtime {
                 followed: false,
                 partial: fraction < 1.0,
             };
-            let keep = overlap
+            let keep = in_flight_max > 1
                 && cur.mark.is_some()
                 && prev_err.is_none()
                 && matches!(outcome, Ok(StepOutcome::Continue));
-            let synced = if keep {
-                pending = Some(cur);
-                Ok(())
-            } else {
-                self.finish(&mut ctx, cur)
-            };
+            pending.push_back(cur);
+            let mut synced = Ok(());
+            if !keep {
+                while let Some(p) = pending.pop_front() {
+                    let r = self.finish_oldest(&mut ctx, p, &mut pending);
+                    synced = synced.and(r);
+                }
+            }
             match (outcome, prev_err.map_or(synced, Err)) {
                 (Err(e), _) => return Err(self.fail(task, &mut ctx, "step", e)),
                 (Ok(_), Err(e)) => return Err(self.fail(task, &mut ctx, "synchronize", e.into())),

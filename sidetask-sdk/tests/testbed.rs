@@ -421,8 +421,9 @@ fn step_gaps(steps: &[(Value, Value)], windows: &[(u64, u64)]) -> Vec<u64> {
     gaps
 }
 
-/// With a long grant the runtime runs one step ahead: consecutive steps abut on the GPU, yet no
-/// step starts later than the grant's end minus a step, and none runs past the grant.
+/// With a long grant the runtime runs steps ahead (at most `steps_in_flight` = 3 on the GPU at
+/// once, and it gets there): consecutive steps abut on the GPU, yet no step starts later than the
+/// grant's end minus a step, and none runs past the grant.
 #[test]
 fn overlapped_steps_abut_and_stay_inside_grants() {
     let Some(bed) = Bed::new("overlap") else {
@@ -454,6 +455,23 @@ fn overlapped_steps_abut_and_stay_inside_grants() {
             "step ending {b} ran past its grant's end {until}"
         );
     }
+
+    // Steps still on the GPU when each step was queued (a step's end on the GPU's timeline is no
+    // later than the host learns of it: this never counts too many).
+    let ahead: Vec<usize> = (0..steps.len())
+        .map(|i| {
+            let q = steps[i].0["queued_ns"].as_u64().unwrap();
+            steps[..i]
+                .iter()
+                .filter(|(_, last)| last["end_ns"].as_u64().unwrap() > q)
+                .count()
+        })
+        .collect();
+    assert_eq!(
+        ahead.iter().max(),
+        Some(&2),
+        "steps in flight before each step (at most 2 besides it): {ahead:?}"
+    );
 
     let bed_off = Bed::new("overlap-off").unwrap();
     let (steps_off, windows_off) = train_loop_in_long_grants(&bed_off, "0");
