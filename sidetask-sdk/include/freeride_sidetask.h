@@ -20,7 +20,8 @@
  * Config JSON keys (all optional): name, device, session_dir, no_agent ("wait"|"standalone"),
  * probe_min_grant_ns, margin, quantile, window, mem_cap_bytes, poll_min_us, poll_max_us,
  * no_agent_poll_ms, heartbeat_stale_ms, status_interval_ms, write_status, handle_sigterm,
- * overlap_steps (used by the Rust Runtime only: frst_step_end always synchronizes), cpu_nice
+ * overlap_steps and steps_in_flight (used by the Rust Runtime only: frst_step_end always
+ * synchronizes), cpu_nice
  * (0..=19, default 19: frst_create lowers every thread of the process to this CPU priority, so the
  * trainer's host threads get the CPU first; 0: leave it).
  * Environment: FREERIDE_DIR, FREERIDE_SIDETASK_DEVICE, FREERIDE_SIDETASK_STANDALONE=1,
