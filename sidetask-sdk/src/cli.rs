@@ -50,7 +50,10 @@ impl Args {
                 "mem-cap-mib" => config.mem_cap_bytes = Some(num()? << 20),
                 "priority" => config.priority = num()?,
                 "overlap" => config.overlap_steps = num()? != 0,
-                "in-flight" => config.steps_in_flight = num()? as u32,
+                "in-flight" => {
+                    config.steps_in_flight = u32::try_from(num()?)
+                        .map_err(|_| format!("--in-flight: too large: {val}"))?
+                }
                 "nice" => {
                     config.cpu_nice = freeride_abi::cpu::parse_nice(&val)
                         .ok_or_else(|| format!("--nice: a nice value from 0 to 19, got {val}"))?

@@ -190,6 +190,9 @@ mod tests {
         assert!(TaskConfig::from_json(r#"{"nonsense":1}"#).is_err());
         assert!(TaskConfig::from_json(r#"{"margin":0.5}"#).is_err());
         assert_eq!(c.cpu_nice, 19);
+        assert_eq!(c.steps_in_flight, 3);
+        assert!(TaskConfig::from_json(r#"{"steps_in_flight":0}"#).is_err());
+        assert!(TaskConfig::from_json(r#"{"steps_in_flight":9}"#).is_err());
         assert!(TaskConfig::from_json(r#"{"cpu_nice":20}"#).is_err());
         assert_eq!(
             TaskConfig::from_json(r#"{"cpu_nice":0}"#).unwrap().cpu_nice,

@@ -261,11 +261,11 @@ impl Device {
     }
 
     /// Sleeps until `deadline_ns` on the test bed's clock, or later (no spin).
-    pub fn sleep_until_late(early: u64) {
-        if crate::abi::now_ns() < early {
+    pub fn sleep_until_late(deadline_ns: u64) {
+        if crate::abi::now_ns() < deadline_ns {
             let ts = libc::timespec {
-                tv_sec: (early / 1_000_000_000) as libc::time_t,
-                tv_nsec: (early % 1_000_000_000) as libc::c_long,
+                tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
+                tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
             };
             loop {
                 // SAFETY: ts is a valid timespec; the remainder pointer may be NULL with
