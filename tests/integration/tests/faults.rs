@@ -4,7 +4,7 @@
 //! `train_loop` example) on the same simulated GPUs. Deadlines are generous (a loaded 2-core
 //! machine); nothing here asserts speed.
 use freeride_abi::grant_shm::{GrantMap, GrantWriter};
-use freeride_tests::{built, release_dir};
+use freeride_tests::{built, release_dir, SIDETASK_NICE_FOR_TESTS};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
@@ -111,6 +111,7 @@ impl Bed {
             .env("FREERIDE_SIM_DIR", &self.sim)
             .env("FREERIDE_SIM_MEM_MIB", "4096")
             .env("FREERIDE_ROLE", role)
+            .env(SIDETASK_NICE_FOR_TESTS.0, SIDETASK_NICE_FOR_TESTS.1)
             .env_remove("FREERIDE_TRACE")
             .env_remove("FREERIDE_GATE")
             .env_remove("FREERIDE_MEM_BUDGET_MB")
@@ -133,6 +134,7 @@ impl Bed {
             .env("FREERIDE_SIM_DIR", &self.sim)
             .env("FREERIDE_SIM_MEM_MIB", "4096")
             .env("LD_LIBRARY_PATH", &standins)
+            .env(SIDETASK_NICE_FOR_TESTS.0, SIDETASK_NICE_FOR_TESTS.1)
             .env_remove("LD_PRELOAD")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -5,6 +5,7 @@
 //! sees kernel durations (kernelParams[0]); it learns them from its own completion events.
 use freeride_abi::grant_shm::{GrantFields, GrantWriter};
 use freeride_abi::now_ns;
+use freeride_tests::SIDETASK_NICE_FOR_TESTS;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -74,6 +75,7 @@ impl Bed {
             .env("FREERIDE_SIM_TRACE", &self.truth)
             .env("FREERIDE_ROLE", role)
             .env("FREERIDE_GATE_VERBOSE", "1")
+            .env(SIDETASK_NICE_FOR_TESTS.0, SIDETASK_NICE_FOR_TESTS.1)
             .env_remove("FREERIDE_TRACE")
             .env_remove("FREERIDE_GATE")
             .env_remove("FREERIDE_MEM_BUDGET_MB")
@@ -459,9 +461,10 @@ fn an_unmodified_sidetask_yields_the_cpu_to_the_trainer() {
         ("trainer", None, ours),
     ] {
         let mut c = bed.cmd(role, &["loop", &KERNEL_US.to_string()], &[]);
-        if let Some(n) = env {
-            c.env("FREERIDE_SIDETASK_NICE", n);
-        }
+        match env {
+            Some(n) => c.env("FREERIDE_SIDETASK_NICE", n),
+            None => c.env_remove("FREERIDE_SIDETASK_NICE"),
+        };
         let mut child = c.spawn().unwrap();
         let mut out = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
