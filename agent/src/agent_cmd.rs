@@ -21,7 +21,8 @@ pub struct AgentArgs {
     /// Serve Prometheus metrics on 127.0.0.1:PORT (0: no metrics endpoint).
     #[arg(long, default_value_t = 9464)]
     metrics_port: u16,
-    /// How often the rings are read, in microseconds.
+    /// How often the rings are read while any process is watched, in microseconds (an idle node:
+    /// every 5 ms).
     #[arg(long, default_value_t = 50)]
     poll_us: u64,
     /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
@@ -198,7 +199,9 @@ pub fn main(a: AgentArgs) -> i32 {
                 }
             }
         }
-        std::thread::sleep(Duration::from_micros(a.poll_us.max(1)));
+        std::thread::sleep(Duration::from_nanos(
+            node.pause_ns(a.poll_us.max(1).saturating_mul(1000)),
+        ));
     }
     let _ = std::fs::remove_file(&pid_file);
     let _ = std::fs::remove_file(dir.join(status::STATUS_FILE));

@@ -199,6 +199,11 @@ impl Collector {
         }
     }
 
+    /// Whether any ring is open now.
+    pub fn watching_any(&self) -> bool {
+        !self.procs.is_empty()
+    }
+
     /// The processes whose rings are open now.
     pub fn processes(&self) -> Vec<ProcessView> {
         let mut v: Vec<ProcessView> = self.procs.values().map(|p| p.view.clone()).collect();

@@ -38,6 +38,10 @@ struct Trainer {
     since_ns: Ns,
 }
 
+/// The agent's pause between steps while no process is watched (an idle node): a few wake-ups per
+/// directory scan instead of one every poll.
+pub const IDLE_POLL_NS: Ns = 5_000_000;
+
 /// The node's agent state; [`Node::step`] advances it.
 pub struct Node {
     collector: Collector,
@@ -168,6 +172,17 @@ impl Node {
 
     pub fn processes(&self) -> Vec<ProcessView> {
         self.collector.processes()
+    }
+
+    /// How long to wait before the next [`Node::step`]: `poll_ns` while any process's ring is
+    /// open, else [`IDLE_POLL_NS`] (nothing can happen before the next directory scan finds a ring,
+    /// every [`crate::collect::RESCAN_NS`]).
+    pub fn pause_ns(&self, poll_ns: Ns) -> Ns {
+        if self.collector.watching_any() {
+            poll_ns
+        } else {
+            IDLE_POLL_NS.max(poll_ns)
+        }
     }
 
     /// Every GPU with a trainer, in device order.

@@ -175,9 +175,9 @@ pub struct Scores {
     /// [`RELEARN_TOLERANCE`].
     pub after_change: Vec<f64>,
     /// Iterations after the change until predictions are right again (and stay right): the first
-    /// iteration with at least [`RELEARNED_SHARE`] of its bubbles right and from which at least
-    /// that share of all later bubbles are right (pooled, so that one stall of the host in a late
-    /// iteration does not undo the relearning).
+    /// iteration with at least [`RELEARNED_SHARE`] of its bubbles right whose next iteration (if
+    /// scored) has too. Two in a row, not all later ones: one stall of the host in a late
+    /// iteration does not undo the relearning.
     pub relearned_in: Option<usize>,
 }
 
@@ -337,7 +337,7 @@ pub fn agent_loop(
     };
     while !stop.load(Ordering::Acquire) {
         tally(&mut node, &mut bubbles);
-        std::thread::sleep(Duration::from_nanos(POLL_NS));
+        std::thread::sleep(Duration::from_nanos(node.pause_ns(POLL_NS)));
     }
     tally(&mut node, &mut bubbles);
     (bubbles, events, dropped, warnings)
@@ -542,9 +542,9 @@ pub fn score(r: &SimResult, change_at: Option<u32>) -> Scores {
                 good as f64 / n as f64
             }
         };
-        scores.relearned_in = (0..curve.len()).find(|&j| {
-            share(&curve[j..=j]) >= RELEARNED_SHARE && share(&curve[j..]) >= RELEARNED_SHARE
-        });
+        let right = |j: usize| share(&curve[j..=j]) >= RELEARNED_SHARE;
+        scores.relearned_in =
+            (0..curve.len()).find(|&j| right(j) && (j + 1 == curve.len() || right(j + 1)));
         scores.after_change = curve
             .iter()
             .map(|c| share(std::slice::from_ref(c)))

@@ -167,6 +167,38 @@ fn dead_rings_and_garbage_files_do_not_stop_the_agent() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Voluntary context switches (sleeps) of every thread of `pid` so far.
+fn sleeps(pid: u32) -> u64 {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("status")).ok())
+        .filter_map(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        })
+        .sum()
+}
+
+/// With no process to watch the agent wakes a few hundred times a second, not at its 50 µs poll
+/// (20 000 a second), and still serves its state.
+#[test]
+fn an_agent_with_nothing_to_watch_mostly_sleeps() {
+    let dir = session("idle");
+    let mut a = agent(&dir);
+    std::thread::sleep(Duration::from_millis(300));
+    let before = sleeps(a.id());
+    std::thread::sleep(Duration::from_secs(1));
+    let woke = sleeps(a.id()) - before;
+    let served = status(&dir).is_some();
+    a.kill().unwrap();
+    a.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(served, "the idle agent published no state");
+    assert!(woke < 2_000, "the idle agent woke {woke} times in a second");
+}
+
 #[test]
 fn a_second_agent_on_the_same_session_is_refused() {
     let dir = session("twice");
