@@ -127,10 +127,10 @@ impl Node {
                 });
             }
         }
-        let live: Vec<u32> = self.collector.processes().iter().map(|p| p.pid).collect();
-        self.trainers.retain(|pid, _| live.contains(pid));
+        let procs = self.collector.processes();
+        self.trainers
+            .retain(|pid, _| procs.iter().any(|p| p.pid == *pid));
         if let Some(grants) = &mut self.grants {
-            let procs = self.collector.processes();
             for (pid, t) in &self.trainers {
                 let mem = procs
                     .iter()

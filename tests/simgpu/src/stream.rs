@@ -171,11 +171,14 @@ fn executor(inner: Arc<Inner>) {
     // The stream's logical GPU time: when its previous op finished.
     let mut ready_ns = 0;
     loop {
-        let op = {
+        // A kernel followed by another kernel already queued need not end on time in real time:
+        // the next one starts at its logical end anyway (see the module docs), and nothing on
+        // the host waits for it.
+        let (op, next_is_kernel) = {
             let mut st = inner.state();
             loop {
                 if let Some(op) = st.queue.pop_front() {
-                    break op;
+                    break (op, matches!(st.queue.front(), Some(Op::Kernel(_))));
                 }
                 if st.closing {
                     return;
@@ -183,10 +186,6 @@ fn executor(inner: Arc<Inner>) {
                 st = inner.cv.wait(st).unwrap_or_else(|e| e.into_inner());
             }
         };
-        // A kernel followed by another kernel already queued need not end on time in real time:
-        // the next one starts at its logical end anyway (see the module docs), and nothing on
-        // the host waits for it.
-        let next_is_kernel = matches!(inner.state().queue.front(), Some(Op::Kernel(_)));
         ready_ns = execute(&inner.device, op, ready_ns, next_is_kernel);
         inner.state().completed += 1;
         inner.cv.notify_all();
