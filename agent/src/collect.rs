@@ -3,7 +3,8 @@
 //!
 //! Processes come and go: the directory is rescanned every [`RESCAN_NS`]; a ring whose writer is gone
 //! is drained and then closed. A ring that cannot be opened (not yet initialized, another layout
-//! version, not ours) is retried at the next scan and reported once.
+//! version, not ours) is retried at the next scan and reported once. A staging ring (see
+//! [`session`]) whose process is gone is removed.
 use crate::inference::{CommSig, Ns, Obs};
 use freeride_abi::event::{Decoded, Event, Kind};
 use freeride_abi::reader::{OpenError, RingReader};
@@ -18,6 +19,8 @@ pub const UNREADY_GIVE_UP_NS: Ns = 1_000_000_000;
 /// A ring's writer that has not marked it exited is checked for being alive (a `kill(pid, 0)`) at
 /// most this often, not at every poll: an exit is then seen up to this much later.
 pub const LIVENESS_CHECK_NS: Ns = 1_000_000;
+/// How often staging rings left by processes that died creating them are looked for.
+pub const STAGING_SWEEP_NS: Ns = 1_000_000_000;
 /// Records taken from one ring per poll (so that one busy ring cannot starve the others).
 const MAX_PER_POLL: usize = 4096;
 
@@ -85,6 +88,7 @@ pub struct Collector {
     /// Messages about rings that could not be read, for the operator (drained by the caller).
     pub warnings: Vec<String>,
     last_scan: Option<Ns>,
+    last_sweep: Option<Ns>,
     buf: Vec<Decoded>,
 }
 
@@ -97,6 +101,7 @@ impl Collector {
             unready: HashMap::new(),
             warnings: Vec::new(),
             last_scan: None,
+            last_sweep: None,
             buf: Vec::with_capacity(MAX_PER_POLL),
         }
     }
@@ -110,6 +115,13 @@ impl Collector {
         {
             self.scan(now);
             self.last_scan = Some(now);
+        }
+        if self
+            .last_sweep
+            .is_none_or(|t| now.saturating_sub(t) >= STAGING_SWEEP_NS)
+        {
+            self.sweep_staging();
+            self.last_sweep = Some(now);
         }
         let mut finished = vec![];
         for (path, p) in self.procs.iter_mut() {
@@ -140,6 +152,29 @@ impl Collector {
                     self.warnings
                         .push(format!("cannot remove {}: {e}", path.display()));
                 }
+            }
+        }
+    }
+
+    /// Removes staging rings whose process is gone (it died between creating and publishing its
+    /// ring): megabytes of shared memory nobody will read.
+    fn sweep_staging(&mut self) {
+        let Ok(staging) = session::list_staging(&self.dir) else {
+            return;
+        };
+        for (path, pid) in staging {
+            if session::pid_alive(pid) {
+                continue;
+            }
+            match std::fs::remove_file(&path) {
+                Ok(()) => self.warnings.push(format!(
+                    "removed {}: left by process {pid}, which died while creating its ring",
+                    path.display()
+                )),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => self
+                    .warnings
+                    .push(format!("cannot remove {}: {e}", path.display())),
             }
         }
     }

@@ -415,7 +415,10 @@ fn yield_cpu_to_trainer() {
     }
 }
 
-/// Maps a new ring file `ring-<pid>-<start>.ring` (0600) and initializes it.
+/// Maps a new ring file `ring-<pid>-<start>.ring` (0600), initialized before it appears under
+/// that name: it is built as `ring-<pid>-<start>.staging` and then hard-linked to the final name
+/// (a reader that lists the directory between `open` and `ftruncate` would otherwise find an
+/// empty file and refuse it for good).
 fn create_ring(
     dir: &std::path::Path,
     pid: u32,
@@ -424,14 +427,16 @@ fn create_ring(
     cap: u32,
 ) -> Option<*mut u8> {
     use std::os::unix::ffi::OsStrExt;
+    let cpath = |name: String| std::ffi::CString::new(dir.join(name).as_os_str().as_bytes()).ok();
     let size = ring::file_size(cap);
     for attempt in 0..4u64 {
-        let path = dir.join(session::ring_file_name(pid, start + attempt));
-        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-        // SAFETY: c is a valid path; O_EXCL|O_NOFOLLOW never follows or reuses a file.
+        let stamp = start + attempt;
+        let staging = cpath(session::ring_staging_name(pid, stamp))?;
+        let fin = cpath(session::ring_file_name(pid, stamp))?;
+        // SAFETY: staging is a valid path; O_EXCL|O_NOFOLLOW never follows or reuses a file.
         let fd = unsafe {
             libc::open(
-                c.as_ptr(),
+                staging.as_ptr(),
                 libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
                 0o600,
             )
@@ -462,14 +467,27 @@ fn create_ring(
         // SAFETY: fd is ours; the mapping (if any) survives the close.
         unsafe { libc::close(fd) };
         if map == libc::MAP_FAILED {
-            // SAFETY: c is a valid path we created.
-            unsafe { libc::unlink(c.as_ptr()) };
+            // SAFETY: staging is a valid path we created.
+            unsafe { libc::unlink(staging.as_ptr()) };
             return None;
         }
-        // SAFETY: map covers file_size(cap) bytes, page aligned, never unmapped.
+        // SAFETY: map covers file_size(cap) bytes, page aligned.
         let v = unsafe { RingView::new(map as *mut u8, Geometry { capacity: cap }) };
-        v.initialize(pid, role as u32, start + attempt);
-        return Some(map as *mut u8);
+        v.initialize(pid, role as u32, stamp);
+        // SAFETY: both are valid paths; link(2) never replaces an existing file.
+        let linked = unsafe { libc::link(staging.as_ptr(), fin.as_ptr()) } == 0;
+        let link_err = std::io::Error::last_os_error().raw_os_error();
+        // SAFETY: staging is a valid path we created; the final name (if linked) keeps the file.
+        unsafe { libc::unlink(staging.as_ptr()) };
+        if linked {
+            // The mapping stays for the life of the process: the ring is never unmapped.
+            return Some(map as *mut u8);
+        }
+        // SAFETY: map/size come from the successful mmap above; nothing else refers to it.
+        unsafe { libc::munmap(map, size) };
+        if link_err != Some(libc::EEXIST) {
+            return None;
+        }
     }
     None
 }

@@ -2,7 +2,10 @@
 //!
 //! * Default: `/dev/shm/freeride-<uid>`, mode 0700, owned by the user; `FREERIDE_DIR` overrides.
 //! * `ring-<pid>-<start_ns>.ring`: one event ring per process instance (a new one after fork or
-//!   exec: the pid alone is not unique across exec).
+//!   exec: the pid alone is not unique across exec). It appears complete: the writer sizes and
+//!   initializes `ring-<pid>-<start_ns>.staging` and then links it under the final name, so a
+//!   reader never sees an empty or half-written ring under a ring name. A `.staging` file whose
+//!   process is gone was left by a crash mid-creation; the agent removes it.
 //! * `grant-gpu<N>`: the per-GPU grant control block of the side-task gate (see
 //!   [`crate::grant`]).
 //! * `agent.pid`: reserved for the agent.
@@ -14,6 +17,8 @@ use std::path::{Path, PathBuf};
 
 pub const RING_PREFIX: &str = "ring-";
 pub const RING_SUFFIX: &str = ".ring";
+/// A ring being created (see the module docs): never listed by [`list_rings`].
+pub const RING_STAGING_SUFFIX: &str = ".staging";
 pub const GRANT_PREFIX: &str = "grant-gpu";
 pub const AGENT_PID_FILE: &str = "agent.pid";
 
@@ -78,15 +83,41 @@ pub fn ring_file_name(pid: u32, start_ns: u64) -> String {
     format!("{RING_PREFIX}{pid}-{start_ns}{RING_SUFFIX}")
 }
 
+/// Where the ring of [`ring_file_name`] is built before it is published.
+pub fn ring_staging_name(pid: u32, start_ns: u64) -> String {
+    format!("{RING_PREFIX}{pid}-{start_ns}{RING_STAGING_SUFFIX}")
+}
+
 /// `(pid, start_ns)` of a ring file name.
 pub fn parse_ring_file_name(name: &str) -> Option<(u32, u64)> {
-    let s = name.strip_prefix(RING_PREFIX)?.strip_suffix(RING_SUFFIX)?;
+    parse_pid_start(name, RING_SUFFIX)
+}
+
+/// `(pid, start_ns)` of a staging ring's name.
+pub fn parse_ring_staging_name(name: &str) -> Option<(u32, u64)> {
+    parse_pid_start(name, RING_STAGING_SUFFIX)
+}
+
+fn parse_pid_start(name: &str, suffix: &str) -> Option<(u32, u64)> {
+    let s = name.strip_prefix(RING_PREFIX)?.strip_suffix(suffix)?;
     let (p, t) = s.split_once('-')?;
     Some((p.parse().ok()?, t.parse().ok()?))
 }
 
 pub fn grant_file_name(device: u32) -> String {
     format!("{GRANT_PREFIX}{device}")
+}
+
+/// Staging rings in `dir` (see the module docs), with their pids.
+pub fn list_staging(dir: &Path) -> io::Result<Vec<(PathBuf, u32)>> {
+    let mut v = vec![];
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        if let Some((pid, _)) = e.file_name().to_str().and_then(parse_ring_staging_name) {
+            v.push((e.path(), pid));
+        }
+    }
+    Ok(v)
 }
 
 /// All ring files in `dir`, sorted by name.
@@ -162,6 +193,14 @@ mod tests {
         assert_eq!(parse_ring_file_name(&n), Some((42, 7)));
         assert_eq!(parse_ring_file_name("ring-x-1.ring"), None);
         assert_eq!(parse_ring_file_name("grant-gpu0"), None);
+        let st = ring_staging_name(42, 7);
+        assert_eq!(parse_ring_staging_name(&st), Some((42, 7)));
+        assert_eq!(
+            parse_ring_file_name(&st),
+            None,
+            "a staging ring is not a ring"
+        );
+        assert_eq!(parse_ring_staging_name(&n), None);
     }
 
     #[test]

@@ -126,6 +126,9 @@ fn dead_rings_and_garbage_files_do_not_stop_the_agent() {
     write("ring-4000000-1.ring", &junk);
     junk.truncate(100);
     write("ring-4000001-1.ring", &junk);
+    // A ring a process was creating when it died (never published).
+    let staging = dir.join("ring-4000002-1.staging");
+    write("ring-4000002-1.staging", &junk);
     let mut a = agent(&dir);
     std::thread::sleep(Duration::from_millis(300));
     let mut j = job(&dir, 6);
@@ -154,6 +157,10 @@ fn dead_rings_and_garbage_files_do_not_stop_the_agent() {
         "rings of finished processes left in {}",
         dir.display()
     );
+    assert!(
+        !staging.exists(),
+        "the staging ring of a dead process was left"
+    );
     assert!(a.try_wait().unwrap().is_none(), "the agent died");
     // SAFETY: plain kill(2) of our child.
     unsafe { libc::kill(a.id() as i32, libc::SIGTERM) };
@@ -163,6 +170,10 @@ fn dead_rings_and_garbage_files_do_not_stop_the_agent() {
     assert!(
         err.contains("ring-4000000-1.ring"),
         "no warning about the garbage ring: {err}"
+    );
+    assert!(
+        err.contains("removed") && err.contains("ring-4000002-1.staging"),
+        "no line about the removed staging ring: {err}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -82,6 +82,15 @@ fn bin() -> &'static Path {
             "-fPIC",
             "-O1",
             "-o",
+            &lp("libseenatftruncate.so"),
+            &sp("shim_seen_at_ftruncate.c"),
+            "-ldl",
+        ]);
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-o",
             &lp("libncclpart.so"),
             &sp("libncclpart.c"),
             &libdir,
@@ -522,6 +531,57 @@ fn shared_ring_is_written_to_the_session_dir() {
         .collect();
     assert_eq!(rings.len(), 1, "{rings:?}");
     assert!(rings[0].starts_with("ring-") && rings[0].ends_with(".ring"));
+}
+
+/// A ring appears under its name only complete: while the interposer sizes the new file (the
+/// moment an agent listing the directory would have found an empty ring and refused it for
+/// good), the directory holds only its staging name.
+#[test]
+fn a_ring_is_published_only_once_initialized() {
+    let log = bin().join(format!("seen-at-ftruncate-{}", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let preloads = format!(
+        "{}:{}",
+        bin().join("lib/libseenatftruncate.so").display(),
+        preload().display()
+    );
+    let r = run_with(
+        "runtime",
+        &[],
+        &[
+            ("LD_PRELOAD", preloads.as_str()),
+            ("SEEN_AT_FTRUNCATE", log.to_str().unwrap()),
+        ],
+        true,
+    );
+    let seen = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        seen.lines().filter(|l| *l == "ftruncate").count() >= 1,
+        "the shim saw no ftruncate: {seen:?}"
+    );
+    let entries: Vec<&str> = seen.lines().filter(|l| *l != "ftruncate").collect();
+    assert!(
+        entries
+            .iter()
+            .all(
+                |l| freeride_abi::session::parse_ring_file_name(l.split(' ').next().unwrap())
+                    .is_none()
+            ),
+        "a ring name was visible before its ring was sized: {entries:?}"
+    );
+    assert!(
+        entries
+            .iter()
+            .any(|l| l.starts_with("ring-") && l.contains(".staging ")),
+        "the staging ring was not seen while it was sized: {entries:?}"
+    );
+    let names: Vec<String> = std::fs::read_dir(r.dir.join("session"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names.len(), 1, "staging left behind? {names:?}");
+    assert!(freeride_abi::session::parse_ring_file_name(&names[0]).is_some());
+    let _ = std::fs::remove_file(&log);
 }
 
 #[test]
