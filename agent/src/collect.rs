@@ -8,6 +8,7 @@
 use crate::inference::{CommSig, Ns, Obs};
 use freeride_abi::event::{Decoded, Event, Kind};
 use freeride_abi::reader::{OpenError, RingReader};
+use freeride_abi::ring::GateStatus;
 use freeride_abi::{session, Api, Role};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -44,6 +45,30 @@ pub struct ProcessView {
     pub invalid: u64,
     /// Device memory the process holds (its successful allocations minus frees, as hooked).
     pub mem_held_bytes: u64,
+}
+
+/// A side task's ring as the watchdog looks at it (read from its header when asked).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SidetaskRing {
+    pub pid: u32,
+    /// When the ring was made (CLOCK_MONOTONIC): with the pid, which process instance it is.
+    pub start_ns: Ns,
+    pub device: i32,
+    /// The writer marked the ring exited (a clean exit).
+    pub exited: bool,
+    /// What its gate last published.
+    pub gate: GateStatus,
+    pub mem_held_bytes: u64,
+}
+
+/// A side task's ring the collector closed (drained, its writer gone).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClosedRing {
+    pub pid: u32,
+    pub start_ns: Ns,
+    pub device: i32,
+    /// The writer marked it exited; false: the process died without exiting (a crash, a kill).
+    pub exited: bool,
 }
 
 /// Allocations tracked per process; past this many live ones, the oldest are forgotten.
@@ -89,6 +114,8 @@ pub struct Collector {
     pub warnings: Vec<String>,
     last_scan: Option<Ns>,
     last_sweep: Option<Ns>,
+    /// Side-task rings closed since the last [`Collector::take_closed_sidetasks`].
+    closed_sidetasks: Vec<ClosedRing>,
     buf: Vec<Decoded>,
 }
 
@@ -102,6 +129,7 @@ impl Collector {
             warnings: Vec::new(),
             last_scan: None,
             last_sweep: None,
+            closed_sidetasks: vec![],
             buf: Vec::with_capacity(MAX_PER_POLL),
         }
     }
@@ -146,7 +174,17 @@ impl Collector {
         for path in finished {
             // Drained and its writer gone: nothing more will come. The file (megabytes of shared
             // memory) goes too, so dead processes leave nothing behind in /dev/shm.
-            self.procs.remove(&path);
+            if let Some(p) = self.procs.remove(&path) {
+                if p.view.role == Some(Role::Sidetask) {
+                    let info = p.reader.info();
+                    self.closed_sidetasks.push(ClosedRing {
+                        pid: info.pid,
+                        start_ns: info.start_ns,
+                        device: p.view.device,
+                        exited: info.exited,
+                    });
+                }
+            }
             if let Err(e) = std::fs::remove_file(&path) {
                 if e.kind() != std::io::ErrorKind::NotFound {
                     self.warnings
@@ -237,6 +275,30 @@ impl Collector {
     /// Whether any ring is open now.
     pub fn watching_any(&self) -> bool {
         !self.procs.is_empty()
+    }
+
+    /// The side tasks whose rings are open now, with their headers as they are now.
+    pub fn sidetask_rings(&self) -> Vec<SidetaskRing> {
+        self.procs
+            .values()
+            .filter(|p| p.view.role == Some(Role::Sidetask))
+            .map(|p| {
+                let info = p.reader.info();
+                SidetaskRing {
+                    pid: info.pid,
+                    start_ns: info.start_ns,
+                    device: p.view.device,
+                    exited: info.exited,
+                    gate: p.reader.gate_status(),
+                    mem_held_bytes: p.view.mem_held_bytes,
+                }
+            })
+            .collect()
+    }
+
+    /// Side-task rings closed since the last call.
+    pub fn take_closed_sidetasks(&mut self) -> Vec<ClosedRing> {
+        std::mem::take(&mut self.closed_sidetasks)
     }
 
     /// The processes whose rings are open now.

@@ -128,6 +128,8 @@ impl Node {
             }
         }
         let procs = self.collector.processes();
+        // Every close goes to the watchdog (a ring is closed once); without one they are dropped.
+        let closed = self.collector.take_closed_sidetasks();
         self.trainers
             .retain(|pid, _| procs.iter().any(|p| p.pid == *pid));
         if let Some(grants) = &mut self.grants {
@@ -144,7 +146,7 @@ impl Node {
                 grants.update(now, t.device, t.detector.open_now(), mem, &side);
             }
             if let Some(wd) = &mut self.watchdog {
-                wd.check(now, &procs, |d| grants.mem_budget_of(d));
+                wd.check(now, &self.collector, &closed, |d| grants.mem_budget_of(d));
                 for pid in wd.take_ended() {
                     grants.forget(pid);
                 }

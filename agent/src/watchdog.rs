@@ -1,9 +1,10 @@
 //! The side-task watchdog: nothing a side task does may hold a trainer back for long.
 //!
-//! It follows the rings whose role is `sidetask` (their headers only; the collector reads the
-//! records) and, every agent step:
-//! * **died**: the process is gone without marking its ring exited (a crash, an OOM kill, a
-//!   `kill -9`): it is dropped from scheduling at once (the grants forget its priority and step
+//! Every 10 ms it reads the headers of the side tasks' rings, which the collector opens (every ring
+//! is opened once, by the collector), and the SDK tasks' status files:
+//! * **died**: the process is gone (or a zombie) without marking its ring exited (a crash, an OOM
+//!   kill, a `kill -9`), or a ring the collector closed was never marked exited: it is dropped from
+//!   scheduling at once (the grants forget its priority and step
 //!   size, its `sidetask-<pid>.json` is removed), one log line, counted as lost. Its device memory
 //!   needs nothing from the agent: the driver (and the test bed's simulated GPU) frees a dead
 //!   process's memory, and the agent's accounting of it went with its ring.
@@ -24,11 +25,10 @@
 //!
 //! Evicted = SIGKILL ([`crate::evict`]: same user, the ring's own process, never a process whose
 //! ring says trainer), one log line, counted per reason.
-use crate::collect::ProcessView;
+use crate::collect::{ClosedRing, Collector};
 use crate::evict;
 use crate::inference::Ns;
-use freeride_abi::reader::RingReader;
-use freeride_abi::{session, Role};
+use freeride_abi::session;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
@@ -66,29 +66,32 @@ impl Reason {
     }
 }
 
-/// How often the session directory is listed for new side-task rings.
+/// How often the session directory is listed for SDK tasks' status files.
 const RESCAN_NS: Ns = 50_000_000;
 /// How often the watched side tasks are looked at.
 const CHECK_NS: Ns = 10_000_000;
 
+/// A side task's ring is known by its pid and when it was made (a pid alone is not unique across
+/// exec).
+type RingKey = (u32, Ns);
+
+#[derive(Default)]
 struct Watched {
-    reader: RingReader,
-    pid: u32,
-    start_ns: Ns,
     over_mem_since: Option<Ns>,
     /// Evicted: its death is not a crash.
     killed: bool,
     /// Due for eviction but not ours to kill: left alone.
     given_up: bool,
+    /// Found dead (or a zombie) and counted; its ring is closed later, once drained and reaped.
+    dead: bool,
 }
 
 /// The watchdog of one session directory.
 pub struct Watchdog {
     dir: PathBuf,
     policy: WatchdogPolicy,
-    watched: HashMap<PathBuf, Watched>,
-    /// Rings of other roles, or that did not open (the collector reports those).
-    ignored: HashSet<PathBuf>,
+    /// Side tasks with an open ring (an entry goes when the collector closes the ring).
+    watched: HashMap<RingKey, Watched>,
     last_scan: Option<Ns>,
     last_check: Option<Ns>,
     /// Evictions so far, by reason.
@@ -113,7 +116,6 @@ impl Watchdog {
             dir: dir.to_path_buf(),
             policy,
             watched: HashMap::new(),
-            ignored: HashSet::new(),
             last_scan: None,
             last_check: None,
             evicted: BTreeMap::new(),
@@ -177,54 +179,33 @@ impl Watchdog {
         }
     }
 
-    fn scan(&mut self) {
-        self.scan_status_files();
-        let Ok(paths) = session::list_rings(&self.dir) else {
+    /// A side task's ring the collector closed: a clean exit, or a death not counted yet.
+    fn ring_closed(&mut self, c: &ClosedRing) {
+        let w = self.watched.remove(&(c.pid, c.start_ns));
+        if w.is_some_and(|w| w.dead) {
             return;
-        };
-        let live: HashSet<&PathBuf> = paths.iter().collect();
-        // Forget refusals of files that are gone (a new ring may reuse nothing, but keep it small).
-        self.ignored.retain(|p| live.contains(p));
-        for path in paths {
-            if self.watched.contains_key(&path) || self.ignored.contains(&path) {
-                continue;
-            }
-            match RingReader::open(&path) {
-                Ok(r) if r.info().role == Some(Role::Sidetask) => {
-                    let info = r.info();
-                    if info.exited {
-                        self.ignored.insert(path);
-                        continue;
-                    }
-                    self.watched.insert(
-                        path,
-                        Watched {
-                            pid: info.pid,
-                            start_ns: info.start_ns,
-                            reader: r,
-                            over_mem_since: None,
-                            killed: false,
-                            given_up: false,
-                        },
-                    );
-                }
-                // A ring still being created has no valid magic yet: look again next scan.
-                Err(freeride_abi::reader::OpenError::BadMagic) => {}
-                _ => {
-                    self.ignored.insert(path);
-                }
-            }
+        }
+        if c.exited {
+            self.ended.push(c.pid);
+        } else {
+            self.lost(c.pid, c.device);
         }
     }
 
-    /// One look at every side task at `now`. `procs`: the collector's view (device, memory held);
-    /// `mem_budget(device)`: the side tasks' memory budget on that GPU now (`None`: no budget).
+    /// One look at every side task at `now`: the side-task rings `collector` has open, the ones
+    /// it closed since the last call (`closed`: every one of them, whenever the watchdog last
+    /// looked), and the SDK tasks' status files. `mem_budget(device)`: the side tasks' memory
+    /// budget on that GPU now (`None`: no budget).
     pub fn check(
         &mut self,
         now: Ns,
-        procs: &[ProcessView],
+        collector: &Collector,
+        closed: &[ClosedRing],
         mem_budget: impl Fn(i32) -> Option<u64>,
     ) {
+        for c in closed {
+            self.ring_closed(c);
+        }
         if self
             .last_check
             .is_some_and(|t| now.saturating_sub(t) < CHECK_NS)
@@ -236,26 +217,28 @@ impl Watchdog {
             .last_scan
             .is_none_or(|t| now.saturating_sub(t) >= RESCAN_NS)
         {
-            self.scan();
+            self.scan_status_files();
             self.last_scan = Some(now);
         }
-        let mut done = vec![];
+        let rings = collector.sidetask_rings();
         let mut lost = vec![];
-        // (path, device, reason, why, due) of the side tasks to evict.
-        let mut doomed: Vec<(PathBuf, i32, Reason, String, Ns)> = vec![];
+        // (ring, device, reason, why, due) of the side tasks to evict.
+        let mut doomed: Vec<(RingKey, i32, Reason, String, Ns)> = vec![];
         // GPUs where an evicted side task is not gone yet.
         let mut dying: HashSet<i32> = HashSet::new();
-        for (path, w) in self.watched.iter_mut() {
-            let info = w.reader.info();
-            let view = procs.iter().find(|p| p.pid == w.pid);
-            let device = view.map_or(info.device, |p| p.device);
-            if info.exited || !session::pid_running(w.pid) {
-                if info.exited {
-                    self.ended.push(w.pid);
-                } else {
-                    lost.push((w.pid, device));
-                }
-                done.push(path.clone());
+        for r in &rings {
+            if r.exited {
+                continue; // a clean exit: the collector closes the ring once it is drained
+            }
+            let key = (r.pid, r.start_ns);
+            let w = self.watched.entry(key).or_default();
+            let device = r.device;
+            if w.dead {
+                continue;
+            }
+            if !session::pid_running(r.pid) {
+                w.dead = true;
+                lost.push((r.pid, device));
                 continue;
             }
             if w.killed {
@@ -265,7 +248,7 @@ impl Watchdog {
             if w.given_up {
                 continue;
             }
-            let gs = w.reader.gate_status();
+            let gs = r.gate;
             // Work queued behind another task's stuck kernel is overdue too: after an eviction on
             // a GPU, the others' clocks start again from it.
             let since = gs
@@ -277,7 +260,7 @@ impl Watchdog {
                 && gs.due_ns > 0
                 && since < now
                 && overdue > self.policy.hang_ns;
-            let held = view.map_or(0, |p| p.mem_held_bytes);
+            let held = r.mem_held_bytes;
             let over = mem_budget(device).filter(|&b| b > 0 && held > b);
             if over.is_some() {
                 w.over_mem_since.get_or_insert(now);
@@ -287,7 +270,7 @@ impl Watchdog {
             let over_for = w.over_mem_since.map_or(0, |t| now.saturating_sub(t));
             if hung {
                 doomed.push((
-                    path.clone(),
+                    key,
                     device,
                     Reason::Hung,
                     format!(
@@ -305,7 +288,7 @@ impl Watchdog {
                 ));
             } else if over.is_some() && over_for >= self.policy.mem_grace_ns {
                 doomed.push((
-                    path.clone(),
+                    key,
                     device,
                     Reason::OverMemory,
                     format!(
@@ -326,39 +309,33 @@ impl Watchdog {
         // still dying (a zombie is gone: see `session::pid_running`).
         doomed.sort_by_key(|d| (d.2, d.4));
         let mut hung_gpus: HashSet<i32> = dying;
-        for (path, device, reason, why, _) in doomed {
+        for ((pid, start_ns), device, reason, why, _) in doomed {
             if reason == Reason::Hung && !hung_gpus.insert(device) {
                 continue;
             }
-            let Some(w) = self.watched.get_mut(&path) else {
+            let Some(w) = self.watched.get_mut(&(pid, start_ns)) else {
                 continue;
             };
-            match evict::kill_sidetask(w.pid, w.start_ns) {
+            match evict::kill_sidetask(pid, start_ns) {
                 Ok(()) => {
                     w.killed = true;
-                    self.evicted_pids.insert(w.pid);
+                    self.evicted_pids.insert(pid);
                     self.gpu_evicted_ns.insert(device, now);
                     *self.evicted.entry(reason).or_default() += 1;
                     self.log.push(format!(
-                        "evicted side task pid {} (GPU {device}): {why}; SIGKILL sent",
-                        w.pid
+                        "evicted side task pid {pid} (GPU {device}): {why}; SIGKILL sent"
                     ));
                 }
                 Err(evict::Refused::Gone) => {}
                 Err(e) => {
                     // Not ours to kill: stop acting on it (one message).
                     self.log.push(format!(
-                        "side task pid {} (GPU {device}) is {why}, but {e}",
-                        w.pid
+                        "side task pid {pid} (GPU {device}) is {why}, but {e}"
                     ));
                     w.given_up = true;
-                    self.evicted_pids.insert(w.pid);
+                    self.evicted_pids.insert(pid);
                 }
             }
-        }
-        for p in done {
-            self.watched.remove(&p);
-            self.ignored.insert(p);
         }
         for (pid, device) in lost {
             self.lost(pid, device);
@@ -375,8 +352,96 @@ impl Watchdog {
         std::mem::take(&mut self.log)
     }
 
-    /// Side tasks watched now.
+    /// Side tasks watched now (alive, with an open ring).
     pub fn watching(&self) -> usize {
-        self.watched.len()
+        self.watched.values().filter(|w| !w.dead).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use freeride_abi::ring::{self, Geometry, RingView, STATE_EXITED};
+    use freeride_abi::Role;
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+
+    /// 64-byte aligned memory to build a ring's bytes in.
+    #[repr(C, align(64))]
+    #[derive(Clone, Copy)]
+    struct Line([u8; 64]);
+
+    /// A side task's ring for `pid`, as the interposer makes it.
+    fn sidetask_ring(dir: &Path, pid: u32, start_ns: u64) -> PathBuf {
+        let cap = ring::MIN_CAPACITY;
+        let size = ring::file_size(cap);
+        let mut mem = vec![Line([0; 64]); size.div_ceil(64)];
+        // SAFETY: `mem` holds at least file_size(cap) bytes, 64-aligned, and outlives the view.
+        let v = unsafe { RingView::new(mem.as_mut_ptr() as *mut u8, Geometry { capacity: cap }) };
+        v.initialize(pid, Role::Sidetask as u32, start_ns);
+        // SAFETY: the same `size` bytes of `mem`, initialized above.
+        let bytes = unsafe { std::slice::from_raw_parts(mem.as_ptr() as *const u8, size) };
+        let path = dir.join(session::ring_file_name(pid, start_ns));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .and_then(|f| f.write_all_at(bytes, 0))
+            .unwrap();
+        path
+    }
+
+    /// Two side tasks that end before the watchdog's first look: the one that marked its ring
+    /// exited ended, the other one (killed) is lost; both are handed back for the scheduler to
+    /// forget, each once.
+    #[test]
+    fn a_sidetask_that_dies_before_the_first_look_is_lost_one_that_exits_is_not() {
+        let dir = std::env::temp_dir().join(format!("frwd-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        session::ensure_dir(&dir).unwrap();
+        let mut crashing = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let mut exiting = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        sidetask_ring(&dir, crashing.id(), 1);
+        let clean = sidetask_ring(&dir, exiting.id(), 2);
+        let mut col = Collector::new(&dir);
+        let mut wd = Watchdog::new(&dir, WatchdogPolicy::default());
+        let mut obs = vec![];
+        col.poll(1_000_000, &mut obs);
+        assert_eq!(col.sidetask_rings().len(), 2);
+        // The clean exit: the interposer's exit handler marks the ring.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&clean)
+            .and_then(|f| f.write_all_at(&STATE_EXITED.to_le_bytes(), 44))
+            .unwrap();
+        for c in [&mut crashing, &mut exiting] {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+        col.poll(1_000_000 + 2 * crate::collect::LIVENESS_CHECK_NS, &mut obs);
+        let closed = col.take_closed_sidetasks();
+        assert_eq!(closed.len(), 2, "{closed:?}");
+        assert!(col.sidetask_rings().is_empty());
+        wd.check(5_000_000, &col, &closed, |_| None);
+        assert_eq!(wd.lost, 1);
+        let log = wd.take_log();
+        assert_eq!(log.len(), 1, "{log:?}");
+        assert!(
+            log[0].contains(&format!("pid {} ", crashing.id())),
+            "{log:?}"
+        );
+        let mut ended = wd.take_ended();
+        ended.sort();
+        let mut want = vec![crashing.id(), exiting.id()];
+        want.sort();
+        assert_eq!(ended, want);
+        assert_eq!(wd.watching(), 0);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
