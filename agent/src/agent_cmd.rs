@@ -199,9 +199,7 @@ pub fn main(a: AgentArgs) -> i32 {
                 }
             }
         }
-        std::thread::sleep(Duration::from_nanos(
-            node.pause_ns(a.poll_us.max(1).saturating_mul(1000)),
-        ));
+        node.wait(a.poll_us.max(1).saturating_mul(1000));
     }
     let _ = std::fs::remove_file(&pid_file);
     let _ = std::fs::remove_file(dir.join(status::STATUS_FILE));

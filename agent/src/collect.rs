@@ -277,6 +277,14 @@ impl Collector {
         !self.procs.is_empty()
     }
 
+    /// Whether every trainer whose ring is open now rings the session doorbell (true with none).
+    pub fn trainers_ring_doorbell(&self) -> bool {
+        self.procs
+            .values()
+            .filter(|p| p.view.role != Some(Role::Sidetask))
+            .all(|p| p.reader.rings_doorbell())
+    }
+
     /// The side tasks whose rings are open now, with their headers as they are now.
     pub fn sidetask_rings(&self) -> Vec<SidetaskRing> {
         self.procs

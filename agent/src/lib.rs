@@ -1,4 +1,5 @@
 //! The freeride agent's library: bubble inference and the pieces the `freeride` binary is built from.
+pub mod bell;
 pub mod collect;
 pub mod evict;
 pub mod grants;

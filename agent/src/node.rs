@@ -1,5 +1,6 @@
 //! The agent of one node: reads the rings, keeps one bubble detector per trainer, and knows each
 //! GPU's state now.
+use crate::bell::{pause_for, Bell};
 use crate::collect::{Collector, ProcessView, TrainerObs};
 use crate::grants::{GrantPolicy, Grants};
 use crate::inference::detector::OpenBubble;
@@ -54,6 +55,8 @@ pub struct Node {
     grants: Option<Grants>,
     /// Evicts side tasks that crash, hang or hold too much memory (with grants).
     watchdog: Option<Watchdog>,
+    /// Wakes the agent between bubbles when a trainer's comm poller rings.
+    bell: Bell,
 }
 
 impl Node {
@@ -66,6 +69,7 @@ impl Node {
             totals: BTreeMap::new(),
             grants: None,
             watchdog: None,
+            bell: Bell::new(dir),
         }
     }
 
@@ -104,6 +108,7 @@ impl Node {
     /// Reads what is new in the rings at time `now` and updates every GPU's state. Returns the
     /// number of observations processed.
     pub fn step(&mut self, now: Ns) -> usize {
+        self.bell.step_begins(now);
         self.obs.clear();
         self.collector.poll(now, &mut self.obs);
         for o in &self.obs {
@@ -163,6 +168,7 @@ impl Node {
     /// Warnings about unreadable rings and grant files since the last call.
     pub fn take_warnings(&mut self) -> Vec<String> {
         let mut w = std::mem::take(&mut self.collector.warnings);
+        w.append(&mut self.bell.warnings);
         if let Some(g) = &mut self.grants {
             w.append(&mut g.warnings);
         }
@@ -176,15 +182,22 @@ impl Node {
         self.collector.processes()
     }
 
-    /// How long to wait before the next [`Node::step`]: `poll_ns` while any process's ring is
-    /// open, else [`IDLE_POLL_NS`] (nothing can happen before the next directory scan finds a ring,
-    /// every [`crate::collect::RESCAN_NS`]).
-    pub fn pause_ns(&self, poll_ns: Ns) -> Ns {
-        if self.collector.watching_any() {
-            poll_ns
-        } else {
-            IDLE_POLL_NS.max(poll_ns)
-        }
+    /// Waits before the next [`Node::step`]: `poll_ns` while a bubble is open (or a trainer's
+    /// poller does not ring the doorbell); between bubbles, on the doorbell for up to
+    /// [`crate::bell::QUIET_WAIT_NS`]; with no ring open, [`IDLE_POLL_NS`] (nothing can happen
+    /// before the next directory scan finds a ring, every [`crate::collect::RESCAN_NS`]).
+    pub fn wait(&self, poll_ns: Ns) {
+        let bubble_open = self
+            .trainers
+            .values()
+            .any(|t| t.detector.open_now().is_some());
+        self.bell.pause(pause_for(
+            self.collector.watching_any(),
+            bubble_open,
+            self.collector.trainers_ring_doorbell(),
+            self.bell.ready(),
+            poll_ns,
+        ));
     }
 
     /// Every GPU with a trainer, in device order.

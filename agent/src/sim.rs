@@ -45,6 +45,9 @@ pub struct SimResult {
     pub bubbles: Vec<BubbleRecord>,
     pub events: u64,
     pub dropped: u64,
+    /// CPU time of the agent's thread over the run, and the run's length.
+    pub agent_cpu_ns: u64,
+    pub agent_wall_ns: u64,
     pub warnings: Vec<String>,
     /// Side-task processes that ran beside the job.
     pub sidetask_pids: Vec<u32>,
@@ -311,13 +314,32 @@ impl Drop for ScratchDir {
     }
 }
 
+/// What the agent loop saw and what it cost.
+pub struct AgentRun {
+    pub bubbles: Vec<BubbleRecord>,
+    pub events: u64,
+    pub dropped: u64,
+    pub warnings: Vec<String>,
+    /// CPU time of the agent's thread, and how long it ran.
+    pub cpu_ns: u64,
+    pub wall_ns: u64,
+}
+
+/// CPU time of the calling thread so far.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime only writes the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Runs the agent loop over `dir` until `stop` is set, then drains the rings once more.
 /// `grants`: publish grants for side tasks with `policy` (none: the side tasks run ungated).
-pub fn agent_loop(
-    dir: &Path,
-    stop: &AtomicBool,
-    grants: Option<GrantPolicy>,
-) -> (Vec<BubbleRecord>, u64, u64, Vec<String>) {
+pub fn agent_loop(dir: &Path, stop: &AtomicBool, grants: Option<GrantPolicy>) -> AgentRun {
+    let (cpu0, wall0) = (thread_cpu_ns(), now_ns());
     // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack (wake on time to poll).
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
     let mut node = match grants {
@@ -337,10 +359,17 @@ pub fn agent_loop(
     };
     while !stop.load(Ordering::Acquire) {
         tally(&mut node, &mut bubbles);
-        std::thread::sleep(Duration::from_nanos(node.pause_ns(POLL_NS)));
+        node.wait(POLL_NS);
     }
     tally(&mut node, &mut bubbles);
-    (bubbles, events, dropped, warnings)
+    AgentRun {
+        bubbles,
+        events,
+        dropped,
+        warnings,
+        cpu_ns: thread_cpu_ns().saturating_sub(cpu0),
+        wall_ns: now_ns().saturating_sub(wall0),
+    }
 }
 
 /// Runs pipesim for `job` under freeride with an agent; returns the truth and what the agent saw.
@@ -403,8 +432,7 @@ pub fn run(
         .map_err(|e| format!("cannot start {}: {e}", pipesim.display()));
     stop_sidetasks(&mut side);
     stop.store(true, Ordering::Release);
-    let (bubbles, events, dropped, warnings) =
-        agent.join().map_err(|_| "the agent thread panicked")?;
+    let run = agent.join().map_err(|_| "the agent thread panicked")?;
     let out = out?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
@@ -420,10 +448,12 @@ pub fn run(
         truth,
         kernels: records,
         sidetask_pids,
-        bubbles,
-        events,
-        dropped,
-        warnings,
+        bubbles: run.bubbles,
+        events: run.events,
+        dropped: run.dropped,
+        agent_cpu_ns: run.cpu_ns,
+        agent_wall_ns: run.wall_ns,
+        warnings: run.warnings,
     })
 }
 

@@ -122,7 +122,12 @@ pub fn main(a: SimArgs) -> i32 {
             "predicted_end_error_us_p99": r(err99, 1),
             "bubbles": res.bubbles.len(),
         },
-        "agent": { "events": res.events, "dropped": res.dropped },
+        "agent": {
+            "events": res.events,
+            "dropped": res.dropped,
+            "cpu_ms": r(res.agent_cpu_ns as f64 / 1e6, 1),
+            "cpu_share": r(res.agent_cpu_ns as f64 / res.agent_wall_ns.max(1) as f64, 4),
+        },
     });
     let mut report = report;
     if let (Some(spec), Some(base)) = (&side, baseline) {

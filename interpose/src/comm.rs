@@ -28,10 +28,16 @@
 //! (the end's time is exact anyway; its report closes the bubble and the side tasks' grant); with
 //! nothing in flight, every 1 ms. It sleeps
 //! with `clock_nanosleep` to an absolute deadline with a 1 ns timer slack; hooks never wake it.
+//!
+//! After a poll that pushed a begin or an end, the poller rings the session doorbell
+//! ([`freeride_abi::doorbell`], mapped by [`Bell`]), so that an agent sleeping between bubbles
+//! learns of it at once. Only this thread rings (a system call only while the agent sleeps);
+//! hooks never do.
 
 use crate::dl;
 use crate::rt;
-use freeride_abi::{env, now_ns, Api, Kind, Record};
+use freeride_abi::doorbell::{Doorbell, DOORBELL_FILE};
+use freeride_abi::{env, now_ns, ring::FEATURE_RINGS_DOORBELL, session, Api, Kind, Record};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::OnceLock;
@@ -555,6 +561,51 @@ fn any_armed() -> bool {
         .any(|p| p.state.load(Ordering::Relaxed) == ARMED)
 }
 
+/// How often the poller looks for the doorbell while it has none, and checks that the one it has
+/// is still the file in the session directory (an agent replaces only an invalid one).
+const BELL_CHECK_NS: u64 = 500_000_000;
+
+/// The poller's doorbell: mapped once an agent has made it; this process's ring then says so.
+#[derive(Default)]
+struct Bell {
+    door: Option<Doorbell>,
+    checked_at: u64,
+}
+
+impl Bell {
+    /// Maps the doorbell if there is none yet, or if the file was replaced (poller thread only:
+    /// system calls are fine here).
+    fn refresh(&mut self, now: u64) {
+        if self.checked_at != 0 && now.saturating_sub(self.checked_at) < BELL_CHECK_NS {
+            return;
+        }
+        self.checked_at = now.max(1);
+        let dir = session::resolve_dir();
+        if let Some(d) = &self.door {
+            let same = std::fs::metadata(dir.join(DOORBELL_FILE)).is_ok_and(|m| {
+                use std::os::unix::fs::MetadataExt;
+                (m.dev(), m.ino()) == d.file_id()
+            });
+            if same {
+                return;
+            }
+            self.door = None;
+            rt::set_ring_feature(FEATURE_RINGS_DOORBELL, false);
+        }
+        if let Ok(d) = Doorbell::open(&dir) {
+            if rt::set_ring_feature(FEATURE_RINGS_DOORBELL, true) {
+                self.door = Some(d);
+            }
+        }
+    }
+
+    fn ring(&self) {
+        if let Some(d) = &self.door {
+            d.ring();
+        }
+    }
+}
+
 fn poller(gen: u32) {
     let Some(d) = DRIVER.get() else { return };
     if let Some(set) = d.ctx_set_current {
@@ -575,7 +626,9 @@ fn poller(gen: u32) {
     let mut anchored_at = 0u64;
     let mut tried_at = 0u64;
     let mut last_change = now_ns();
+    let mut bell = Bell::default();
     while POOL_GEN.load(Ordering::Relaxed) == gen {
+        bell.refresh(now_ns());
         if let Some(c) = clock.as_mut() {
             let now = now_ns();
             let want = ANCHOR_EV.load(Ordering::Relaxed) == 0
@@ -593,6 +646,9 @@ fn poller(gen: u32) {
             }
         }
         let st = locked_poll(d, tid, false);
+        if st.reported {
+            bell.ring();
+        }
         let now = now_ns();
         if st.changed {
             last_change = now;
@@ -615,6 +671,8 @@ struct Polled {
     begin_pending: bool,
     /// Something changed: a new op seen, a begin or an end.
     changed: bool,
+    /// A begin or an end was pushed.
+    reported: bool,
 }
 
 /// One poll under the poll flag. `wait`: wait (bounded) for a poll in progress elsewhere.
@@ -627,7 +685,7 @@ fn locked_poll(d: &Driver, tid: u32, wait: bool) -> Polled {
             }
             return Polled {
                 begin_pending: true,
-                changed: false,
+                ..Polled::default()
             };
         }
         std::thread::yield_now();
@@ -688,6 +746,7 @@ fn poll_once(d: &Driver, tid: u32) -> Polled {
                     let (t, unc) = time(ev, p.pending_b.load(Ordering::Relaxed), 0);
                     emit(Kind::CommBegin, t, unc);
                     r.changed = true;
+                    r.reported = true;
                     p.begin_done.store(1, Ordering::Relaxed);
                     p.t_begin.store(t, Ordering::Relaxed);
                     // The end cannot precede the begin.
@@ -718,6 +777,7 @@ fn poll_once(d: &Driver, tid: u32) -> Polled {
                 );
                 emit(Kind::CommEnd, t, unc);
                 r.changed = true;
+                r.reported = true;
                 p.state.store(FREE, Ordering::Release);
             }
             CUDA_ERROR_NOT_READY => p.pending_e.store(now_ns(), Ordering::Relaxed),

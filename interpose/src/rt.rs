@@ -146,6 +146,23 @@ pub fn publish_gate_status(g: ring::GateStatus) {
     }
 }
 
+/// Sets (`on`) or clears `bit` in this process's ring header `features` (no ring: nothing;
+/// false). Atomic only.
+pub fn set_ring_feature(bit: u32, on: bool) -> bool {
+    match shm_view() {
+        Some(v) => {
+            let f = &v.header().features;
+            if on {
+                f.fetch_or(bit, Ordering::Release);
+            } else {
+                f.fetch_and(!bit, Ordering::Release);
+            }
+            true
+        }
+        None => false,
+    }
+}
+
 /// Pushes a complete record to the shared ring and the trace ring. No lock, no system call.
 #[inline(always)]
 pub fn push(rec: &Record) {

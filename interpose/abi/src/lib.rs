@@ -8,11 +8,13 @@
 //! * the JSON-lines form of an event used by `FREERIDE_TRACE` ([`json`]);
 //! * a safe reader for the agent that validates every byte it reads from shared memory ([`reader`]);
 //! * the per-GPU grant control block of the side-task gate ([`grant`]);
-//! * the CPU priority side tasks take ([`cpu`]).
+//! * the CPU priority side tasks take ([`cpu`]);
+//! * the session doorbell that wakes the agent ([`doorbell`]).
 //!
 //! Everything in shared memory is little-endian, fixed-size, and only ever accessed through atomics,
 //! so a hostile or corrupt writer can make a reader see garbage values but never crash it.
 pub mod cpu;
+pub mod doorbell;
 pub mod event;
 pub mod grant;
 pub mod grant_shm;
@@ -20,6 +22,7 @@ pub mod json;
 pub mod reader;
 pub mod ring;
 pub mod session;
+pub mod shm_file;
 
 pub use event::{Api, Event, Kind, Record, Role};
 
@@ -41,6 +44,9 @@ pub mod env {
     pub const COMM_TIMING: &str = "FREERIDE_COMM_TIMING";
     /// Poll interval of the comm-timing poller while ops are in flight, µs (default 50; idle 4x).
     pub const POLL_US: &str = "FREERIDE_POLL_US";
+    /// Read by the agent: `0` keeps it polling at its fixed interval between bubbles too, instead
+    /// of sleeping on the session doorbell ([`crate::doorbell`]) there (A/B measurements).
+    pub const DOORBELL: &str = "FREERIDE_DOORBELL";
     /// `1` disables all recording (pure pass-through), for A/B measurements.
     pub const DISABLE: &str = "FREERIDE_DISABLE";
 }

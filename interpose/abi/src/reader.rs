@@ -66,6 +66,8 @@ pub struct RingInfo {
     pub device: i32,
     pub exited: bool,
     pub dropped: u64,
+    /// Its comm poller rings the session doorbell ([`crate::ring::FEATURE_RINGS_DOORBELL`]).
+    pub rings_doorbell: bool,
 }
 
 /// Counters of one [`RingReader::poll`].
@@ -233,6 +235,7 @@ impl RingReader {
             device: h.device.load(Ordering::Relaxed),
             exited: h.state.load(Ordering::Relaxed) == STATE_EXITED,
             dropped: h.dropped.load(Ordering::Relaxed),
+            rings_doorbell: self.rings_doorbell(),
         }
     }
 
@@ -240,6 +243,12 @@ impl RingReader {
     /// whose gate has admitted nothing yet). Untrusted values.
     pub fn gate_status(&self) -> crate::ring::GateStatus {
         self.view.header().gate_status()
+    }
+
+    /// Whether the writer's comm poller rings the session doorbell (read from the header now).
+    pub fn rings_doorbell(&self) -> bool {
+        self.view.header().features.load(Ordering::Acquire) & crate::ring::FEATURE_RINGS_DOORBELL
+            != 0
     }
 
     /// True when the writer marked the ring exited, or its process is gone.

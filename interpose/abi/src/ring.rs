@@ -14,6 +14,7 @@
 //! | 32 | 8 | `start_ns` (CLOCK_MONOTONIC when the ring was made; instance id with `pid`) |
 //! | 40 | 4 | `device` (i32, first CUDA device seen, -1 unknown) |
 //! | 44 | 4 | `state` ([`STATE_LIVE`], [`STATE_EXITED`]) |
+//! | 48 | 4 | `features`: bits the writer sets when it starts doing something readers can rely on ([`FEATURE_RINGS_DOORBELL`]) |
 //! | 64 | 8 | `head`: producers' reservation cursor |
 //! | 128 | 8 | `tail`: consumer cursor (written by the agent) |
 //! | 192 | 8 | `dropped`: records lost because the ring was full |
@@ -34,6 +35,9 @@
 //! layout version 1 ignore them) are how the agent's watchdog sees a side task's GPU work that
 //! outlives its grant (see [`GateStatus`]). The gate of the side task stores them, plain atomics.
 //!
+//! `features` (zero in rings of builds before it) works the same way: a reader of an older ring
+//! sees no bit set and does without.
+//!
 //! Safety against hostile memory: the producer keeps `capacity` in its own memory (never re-read
 //! from the file), indexes with `pos & mask`, and gives up after a few CAS retries, so garbage in
 //! the file can cost it a dropped event, never a hang or an out-of-bounds write.
@@ -51,6 +55,10 @@ pub const STATE_INIT: u32 = 0;
 pub const STATE_LIVE: u32 = 1;
 pub const STATE_EXITED: u32 = 2;
 
+/// `features` bit: this process's comm poller rings the session doorbell
+/// ([`crate::doorbell`]) whenever it pushes a comm begin or end.
+pub const FEATURE_RINGS_DOORBELL: u32 = 1;
+
 /// Max CAS attempts of a producer before it drops the record.
 const PUSH_RETRIES: u32 = 16;
 
@@ -66,7 +74,8 @@ pub struct RingHeader {
     pub start_ns: AtomicU64,
     pub device: AtomicI32,
     pub state: AtomicU32,
-    _r0: [u64; 2],
+    pub features: AtomicU32,
+    _r0: [u32; 3],
     pub head: AtomicU64,
     _r1: [u64; 7],
     pub tail: AtomicU64,
@@ -127,6 +136,7 @@ const _: () = assert!(std::mem::offset_of!(RingHeader, head) == 64);
 const _: () = assert!(std::mem::offset_of!(RingHeader, tail) == 128);
 const _: () = assert!(std::mem::offset_of!(RingHeader, dropped) == 192);
 const _: () = assert!(std::mem::offset_of!(RingHeader, device) == 40);
+const _: () = assert!(std::mem::offset_of!(RingHeader, features) == 48);
 const _: () = assert!(std::mem::offset_of!(RingHeader, gate_inflight) == 256);
 
 /// Bytes of a ring file with `capacity` slots.
@@ -218,6 +228,7 @@ impl RingView {
         h.start_ns.store(start_ns, Ordering::Relaxed);
         h.device.store(-1, Ordering::Relaxed);
         h.state.store(STATE_LIVE, Ordering::Relaxed);
+        h.features.store(0, Ordering::Relaxed);
         h.head.store(0, Ordering::Relaxed);
         h.tail.store(0, Ordering::Relaxed);
         h.dropped.store(0, Ordering::Relaxed);

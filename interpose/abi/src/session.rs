@@ -9,6 +9,7 @@
 //! * `grant-gpu<N>`: the per-GPU grant control block of the side-task gate (see
 //!   [`crate::grant`]).
 //! * `agent.pid`: reserved for the agent.
+//! * `doorbell`: the futex word that wakes the agent (see [`crate::doorbell`]).
 use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;

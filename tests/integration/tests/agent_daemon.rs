@@ -15,9 +15,14 @@ fn session(tag: &str) -> std::path::PathBuf {
 }
 
 fn agent(dir: &Path) -> Child {
+    agent_with(dir, &[])
+}
+
+fn agent_with(dir: &Path, env: &[(&str, &str)]) -> Child {
     Command::new(built("freeride"))
         .args(["agent", "--metrics-port", "0", "--dir"])
         .arg(dir)
+        .envs(env.iter().copied())
         .stderr(Stdio::piped())
         .spawn()
         .expect("start agent")
@@ -288,4 +293,52 @@ fn report_writes_a_perfetto_trace_of_bubbles_and_kernels() {
         let _ = std::fs::remove_file(p);
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Between bubbles the agent sleeps on the session doorbell, which the trainers' comm pollers ring
+/// when an op begins or ends; it polls every 50 µs only while a bubble is open. Watching a job
+/// whose GPUs are idle about a fifth of the time, it wakes a few thousand times a second, not the
+/// 20 000 of a 50 µs poll throughout (`FREERIDE_DOORBELL=0`, printed for comparison).
+#[test]
+fn a_watching_agent_sleeps_between_bubbles() {
+    let mut woke = vec![];
+    for bell in ["1", "0"] {
+        let dir = session(&format!("bell{bell}"));
+        let mut a = agent_with(&dir, &[("FREERIDE_DOORBELL", bell)]);
+        std::thread::sleep(Duration::from_millis(200));
+        let mut j = job(&dir, 30);
+        assert!(
+            wait_learnt(&dir, 2, Duration::from_secs(20)).is_some(),
+            "the agent never learnt the job"
+        );
+        // Every trainer's ring says whether its poller rings the doorbell (there is none to ring
+        // with FREERIDE_DOORBELL=0).
+        let rings: Vec<_> = freeride_abi::session::list_rings(&dir)
+            .unwrap()
+            .iter()
+            .filter_map(|p| freeride_abi::reader::RingReader::open(p).ok())
+            .collect();
+        assert_eq!(rings.len(), 2, "expected the two trainers' rings");
+        assert!(
+            rings.iter().all(|r| r.rings_doorbell() == (bell == "1")),
+            "doorbell {bell}: a trainer's ring says otherwise"
+        );
+        drop(rings);
+        let before = sleeps(a.id());
+        std::thread::sleep(Duration::from_secs(1));
+        woke.push(sleeps(a.id()) - before);
+        assert!(j.wait().unwrap().success());
+        a.kill().unwrap();
+        a.wait().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    eprintln!(
+        "wake-ups in a second: doorbell {}, polling {}",
+        woke[0], woke[1]
+    );
+    assert!(
+        woke[0] < 10_000,
+        "the agent woke {} times in a second with the doorbell",
+        woke[0]
+    );
 }

@@ -1,0 +1,152 @@
+//! The agent's side of the session doorbell ([`freeride_abi::doorbell`]): between bubbles it
+//! sleeps until a trainer's comm poller rings (or [`QUIET_WAIT_NS`] passes) instead of waking
+//! every poll interval.
+use crate::inference::Ns;
+use freeride_abi::doorbell::Doorbell;
+use std::path::{Path, PathBuf};
+
+/// The longest sleep on the doorbell between bubbles: what else the agent does (new rings,
+/// liveness, the watchdog, heartbeats, memory accounting) is fine at this pace.
+pub const QUIET_WAIT_NS: Ns = 2_000_000;
+/// How often making the doorbell is tried again after a failure.
+const RETRY_NS: Ns = 1_000_000_000;
+
+/// How the agent waits before its next step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pause {
+    /// Sleep this long.
+    Sleep(Ns),
+    /// Sleep on the doorbell, at most this long.
+    Doorbell(Ns),
+}
+
+/// What the next pause is: `watching` (any ring open), `bubble_open` (any GPU's), `all_ring`
+/// (every trainer's poller rings the doorbell), `bell` (the agent has one).
+pub fn pause_for(
+    watching: bool,
+    bubble_open: bool,
+    all_ring: bool,
+    bell: bool,
+    poll_ns: Ns,
+) -> Pause {
+    if !watching {
+        Pause::Sleep(crate::node::IDLE_POLL_NS.max(poll_ns))
+    } else if bubble_open || !all_ring || !bell {
+        Pause::Sleep(poll_ns)
+    } else {
+        Pause::Doorbell(QUIET_WAIT_NS.max(poll_ns))
+    }
+}
+
+/// The doorbell as the agent holds it: made on the first step, kept for the agent's life.
+pub struct Bell {
+    dir: PathBuf,
+    door: Option<Doorbell>,
+    enabled: bool,
+    tried_ns: Option<Ns>,
+    /// The ring count when the current step began.
+    seen: u32,
+    pub warnings: Vec<String>,
+}
+
+impl Bell {
+    /// `FREERIDE_DOORBELL=0` disables it (the agent then polls at its interval throughout).
+    pub fn new(dir: &Path) -> Bell {
+        let enabled = std::env::var(freeride_abi::env::DOORBELL).map_or(true, |v| v != "0");
+        Bell {
+            dir: dir.to_path_buf(),
+            door: None,
+            enabled,
+            tried_ns: None,
+            seen: 0,
+            warnings: vec![],
+        }
+    }
+
+    /// At the start of a step: makes the doorbell if due, and notes the ring count (a ring after
+    /// this wakes the next wait at once).
+    pub fn step_begins(&mut self, now: Ns) {
+        if self.enabled
+            && self.door.is_none()
+            && self
+                .tried_ns
+                .is_none_or(|t| now.saturating_sub(t) >= RETRY_NS)
+        {
+            self.tried_ns = Some(now);
+            match Doorbell::open_or_create(&self.dir) {
+                Ok(d) => self.door = Some(d),
+                Err(e) if self.dir.exists() => {
+                    self.warnings.push(format!(
+                        "cannot make the doorbell in {}: {e}; polling between bubbles too",
+                        self.dir.display()
+                    ));
+                    self.enabled = false;
+                }
+                // No session directory yet: try again later.
+                Err(_) => {}
+            }
+        }
+        if let Some(d) = &self.door {
+            self.seen = d.seq();
+        }
+    }
+
+    pub fn ready(&self) -> bool {
+        self.door.is_some()
+    }
+
+    /// Waits as `p` says.
+    pub fn pause(&self, p: Pause) {
+        match (p, &self.door) {
+            (Pause::Doorbell(ns), Some(d)) => {
+                d.wait(self.seen, ns);
+            }
+            (Pause::Doorbell(ns), None) | (Pause::Sleep(ns), _) => {
+                std::thread::sleep(std::time::Duration::from_nanos(ns))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_agent_sleeps_on_the_doorbell_only_between_bubbles_of_trainers_that_ring() {
+        let poll = 50_000;
+        assert_eq!(
+            pause_for(false, false, true, true, poll),
+            Pause::Sleep(crate::node::IDLE_POLL_NS)
+        );
+        assert_eq!(pause_for(true, true, true, true, poll), Pause::Sleep(poll));
+        assert_eq!(
+            pause_for(true, false, false, true, poll),
+            Pause::Sleep(poll)
+        );
+        assert_eq!(
+            pause_for(true, false, true, false, poll),
+            Pause::Sleep(poll)
+        );
+        assert_eq!(
+            pause_for(true, false, true, true, poll),
+            Pause::Doorbell(QUIET_WAIT_NS)
+        );
+    }
+
+    #[test]
+    fn a_step_after_a_ring_does_not_sleep() {
+        let dir = std::env::temp_dir().join(format!("frbell-agent-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        freeride_abi::session::ensure_dir(&dir).unwrap();
+        let mut b = Bell::new(&dir);
+        b.step_begins(1);
+        assert!(b.ready(), "{:?}", b.warnings);
+        // A poller rings while the agent's step runs: the pause after it returns at once.
+        Doorbell::open(&dir).unwrap().ring();
+        let t0 = std::time::Instant::now();
+        b.pause(Pause::Doorbell(60_000_000_000));
+        assert!(t0.elapsed() < std::time::Duration::from_secs(30));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
