@@ -85,6 +85,26 @@ int32_t frst_step_begin(frst_task *task);
 /* Synchronizes the SDK's stream, records the step; returns its duration in ns or an error. */
 int64_t frst_step_end(frst_task *task);
 
+/* Partial steps, for a task that can scale its work (a smaller minibatch, fewer items): where a
+ * whole step no longer fits the grant (the last one before a bubble ends), part of one may.
+ * frst_step_fraction_fits writes to *out_fraction 1.0 when a whole step fits, the share that fits
+ * (min_fraction <= share < 1) when only part of one does, 0.0 when not even min_fraction does, no
+ * grant is open or the step estimates are not learned yet (0 < min_fraction < 1). It does not
+ * wait. frst_step_begin_partial then starts a step of `fraction` (at most the share offered; one
+ * offer, one step) and moves the task to running: queue about that share of a step's GPU work and
+ * end it with frst_step_end. It counts against the grant and in "partial_steps"; the step
+ * estimate learns from whole steps only.
+ *
+ *     double f;
+ *     if (frst_step_fraction_fits(t, 0.25, &f) == FRST_OK && f > 0.0 && f < 1.0) {
+ *         frst_step_begin_partial(t, f);
+ *         ... queue f of a step's work ...
+ *         frst_step_end(t);
+ *     }
+ */
+int32_t frst_step_fraction_fits(frst_task *task, double min_fraction, double *out_fraction);
+int32_t frst_step_begin_partial(frst_task *task, double fraction);
+
 /* Queues simulated kernel `name` running duration_ns on the task's stream (test bed). */
 int32_t frst_launch(frst_task *task, const char *name, uint64_t duration_ns);
 /* Waits for the task's stream. */
@@ -102,7 +122,7 @@ int32_t frst_stop_requested(const frst_task *task);
 /* Counters. */
 int64_t frst_step_estimate_ns(const frst_task *task); /* 0 until a step was measured */
 int64_t frst_steps(const frst_task *task);
-/* Summary JSON {"task","state","steps","gpu_busy_ms","wall_ms",...} with extra_json's fields
+/* Summary JSON {"task","state","steps","partial_steps","gpu_busy_ms","wall_ms",...} with extra_json's fields
  * (an object, may be NULL) merged; valid until the next call on this thread; NULL on error. */
 const char *frst_summary_json(const frst_task *task, const char *extra_json);
 

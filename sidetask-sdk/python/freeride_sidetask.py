@@ -9,6 +9,10 @@
             break
         with task.step():                              # times the step, learns its duration
             ...queue GPU work; synchronize it before the block ends...
+        f = task.fraction_fits(0.25)                   # a task that can scale its work:
+        if 0 < f < 1:                                  # part of a step where a whole one no
+            with task.partial_step(f):                 # longer fits the grant
+                ...queue f of a step's work...
     task.finish()
 
 The library is found through $FREERIDE_SIDETASK_LIB, next to this file, or in the cargo target
@@ -81,6 +85,11 @@ def load_library():
         "frst_wait_for_grant": (ctypes.c_int64, [P, ctypes.c_uint64, ctypes.c_uint64]),
         "frst_step_begin": (ctypes.c_int32, [P]),
         "frst_step_end": (ctypes.c_int64, [P]),
+        "frst_step_fraction_fits": (
+            ctypes.c_int32,
+            [P, ctypes.c_double, ctypes.POINTER(ctypes.c_double)],
+        ),
+        "frst_step_begin_partial": (ctypes.c_int32, [P, ctypes.c_double]),
         "frst_launch": (ctypes.c_int32, [P, ctypes.c_char_p, ctypes.c_uint64]),
         "frst_sync": (ctypes.c_int32, [P]),
         "frst_alloc": (ctypes.c_int32, [P, ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64)]),
@@ -170,6 +179,24 @@ class SideTask:
     def step(self):
         """Times one step (from entry to the synchronize at exit) and learns its duration."""
         self._check(self._lib.frst_step_begin(self._h))
+        try:
+            yield self
+        finally:
+            self._check(self._lib.frst_step_end(self._h))
+
+    def fraction_fits(self, min_fraction=0.25):
+        """The share of a step that fits the grant now: 1.0 (a whole step), min_fraction..1 (only
+        part of one: run it with partial_step), or 0.0 (nothing, or the estimates are not learned
+        yet). Does not wait."""
+        out = ctypes.c_double(0.0)
+        self._check(self._lib.frst_step_fraction_fits(self._h, float(min_fraction), ctypes.byref(out)))
+        return out.value
+
+    @contextmanager
+    def partial_step(self, fraction):
+        """A step of `fraction` of the usual work (at most what fraction_fits offered): queue
+        about that share of a step's GPU work. Counted in partial_steps, not learnt from."""
+        self._check(self._lib.frst_step_begin_partial(self._h, float(fraction)))
         try:
             yield self
         finally:

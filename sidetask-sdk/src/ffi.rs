@@ -56,6 +56,10 @@ pub struct FfiTask {
     gpu: Option<Gpu>,
     memory: DeviceMemory,
     window: Option<Window>,
+    /// What the last `frst_step_fraction_fits` found: the grant and the share of a step that fits.
+    partial_offer: Option<(Window, f64)>,
+    /// The step begun is partial (`frst_step_begin_partial`).
+    partial: bool,
 }
 
 pub struct FrstTask(Mutex<FfiTask>);
@@ -123,6 +127,8 @@ pub unsafe extern "C" fn frst_create(config_json: *const c_char) -> *mut FrstTas
             pacer,
             gpu: None,
             window: None,
+            partial_offer: None,
+            partial: false,
         })
     });
     match r {
@@ -269,6 +275,98 @@ pub unsafe extern "C" fn frst_step_begin(h: *const FrstTask) -> i32 {
         }
         let w = t.window.unwrap_or_else(Window::unbounded);
         t.pacer.step_begin(w);
+        t.partial = false;
+        t.partial_offer = None;
+        FRST_OK
+    }) as i32
+}
+
+/// Where a full step does not fit the grant: the share of a step that still does. Writes to
+/// `out_fraction` 1.0 when a full step fits, the share (`min_fraction` <= share < 1) when only
+/// part of one does, 0.0 when not even `min_fraction` does, no grant is open or the step
+/// estimates are not learned yet. Does not wait. FRST_OK or an error.
+///
+/// # Safety
+/// `task`/`h` is NULL or a live handle from `frst_create` (not yet destroyed); every other pointer
+/// is NULL or valid as `include/freeride_sidetask.h` describes.
+#[no_mangle]
+pub unsafe extern "C" fn frst_step_fraction_fits(
+    h: *const FrstTask,
+    min_fraction: f64,
+    out_fraction: *mut f64,
+) -> i32 {
+    if out_fraction.is_null() || !(min_fraction > 0.0 && min_fraction < 1.0) {
+        set_error("frst_step_fraction_fits: 0 < min_fraction < 1 and a non-NULL out_fraction");
+        return FRST_ERR_INVALID as i32;
+    }
+    with_task(h, |t| {
+        let p = &mut t.pacer;
+        t.partial_offer = None;
+        let f = if p.check(0).is_some() {
+            1.0
+        } else {
+            match p.check_partial(min_fraction) {
+                Some((w, f)) => {
+                    t.partial_offer = Some((w, f));
+                    f
+                }
+                None => 0.0,
+            }
+        };
+        // SAFETY: non-NULL (checked above), a valid double (C contract).
+        unsafe { *out_fraction = f };
+        FRST_OK
+    }) as i32
+}
+
+/// Starts timing a partial step of `fraction` of a step's work (at most what the last
+/// `frst_step_fraction_fits` offered): the task queues about that share of a step's GPU work. Its
+/// GPU time counts against the grant and in the totals (`partial_steps`); the step estimates
+/// learn from full steps only. Moves created/paused -> running.
+///
+/// # Safety
+/// `task`/`h` is NULL or a live handle from `frst_create` (not yet destroyed); every other pointer
+/// is NULL or valid as `include/freeride_sidetask.h` describes.
+#[no_mangle]
+pub unsafe extern "C" fn frst_step_begin_partial(h: *const FrstTask, fraction: f64) -> i32 {
+    with_task(h, |t| {
+        let Some((w, offered)) = t.partial_offer else {
+            return fail(SdkError::WrongState {
+                expected: "a partial step offered by frst_step_fraction_fits",
+                actual: t.pacer.state(),
+            });
+        };
+        if !(fraction > 0.0 && fraction <= offered) {
+            set_error(&format!(
+                "frst_step_begin_partial: fraction {fraction} is not in (0, {offered}]"
+            ));
+            return FRST_ERR_INVALID;
+        }
+        t.partial_offer = None;
+        for next in [State::Paused, State::Running] {
+            let now = t.pacer.state();
+            let due = matches!(
+                (now, next),
+                (State::Created, State::Paused) | (State::Paused, State::Running)
+            );
+            if due {
+                if let Err(e) = t.pacer.transition(next) {
+                    return fail(e);
+                }
+            }
+        }
+        if t.pacer.state() != State::Running {
+            return fail(SdkError::WrongState {
+                expected: "created, paused or running",
+                actual: t.pacer.state(),
+            });
+        }
+        if let Some(g) = &t.gpu {
+            g.take_first_launch_ns();
+        }
+        t.window = Some(w);
+        t.pacer.step_begin(w);
+        t.partial = true;
         FRST_OK
     }) as i32
 }
@@ -290,16 +388,31 @@ pub unsafe extern "C" fn frst_step_end(h: *const FrstTask) -> i64 {
             });
         }
         let mut gpu_ns = None;
+        let mut sync_err = None;
         if let Some(g) = &t.gpu {
-            if let Err(e) = g.synchronize() {
-                t.pacer.step_end(None);
-                return fail(e);
+            match g.synchronize() {
+                Ok(()) => {
+                    gpu_ns = g
+                        .take_first_launch_ns()
+                        .map(|s| freeride_abi::now_ns().saturating_sub(s))
+                }
+                Err(e) => sync_err = Some(e),
             }
-            gpu_ns = g
-                .take_first_launch_ns()
-                .map(|s| freeride_abi::now_ns().saturating_sub(s));
         }
-        match t.pacer.step_end(gpu_ns) {
+        // A failed synchronize still ends the step (its span, not its GPU time, is charged).
+        let timing = if std::mem::take(&mut t.partial) {
+            t.pacer.step_take().map(|s| {
+                let end = freeride_abi::now_ns();
+                let span = end.saturating_sub(s.start_ns);
+                t.pacer.step_record_partial(s, end, span, gpu_ns)
+            })
+        } else {
+            t.pacer.step_end(gpu_ns)
+        };
+        if let Some(e) = sync_err {
+            return fail(e);
+        }
+        match timing {
             Some(s) => s.span_ns.min(i64::MAX as u64) as i64,
             None => FRST_ERR_STATE,
         }

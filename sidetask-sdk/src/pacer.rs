@@ -74,6 +74,8 @@ pub struct Summary {
     pub task: String,
     pub state: &'static str,
     pub steps: u64,
+    /// Of which partial (see [`Pacer::check_partial`]).
+    pub partial_steps: u64,
     pub gpu_busy_ms: f64,
     pub wall_ms: f64,
     pub last_step_ms: f64,
@@ -474,6 +476,7 @@ impl Pacer {
             task: self.cfg.name.clone(),
             state: self.life.state().name(),
             steps: self.rec.steps,
+            partial_steps: self.rec.partial_steps,
             gpu_busy_ms: ms(self.rec.gpu_busy_ns),
             wall_ms: ms(now_ns().saturating_sub(self.rec.started_ns)),
             last_step_ms: ms(self.rec.last_step_ns),

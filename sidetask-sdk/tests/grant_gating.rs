@@ -264,3 +264,87 @@ fn a_task_that_scales_its_work_takes_part_of_a_step_at_a_grants_end() {
     // Partial steps end inside their grants like full ones (a loaded machine may overrun a few).
     assert!(s.overruns <= 3, "{} overruns", s.overruns);
 }
+
+/// The C ABI's partial steps: where a whole step no longer fits the grant (here its GPU-time
+/// budget), `frst_step_fraction_fits` offers the share that does, `frst_step_begin_partial` runs
+/// it; it counts as a step and in `partial_steps`, and the step estimate does not learn from it.
+#[test]
+fn the_c_abi_offers_part_of_a_step_where_a_whole_one_no_longer_fits() {
+    use freeride_sidetask::ffi::*;
+    use std::ffi::{CStr, CString};
+    let dir = temp_dir("ffi-partial");
+    let writer = GrantWriter::create(&dir, 0).unwrap();
+    let cfg = CString::new(format!(
+        "{{\"name\":\"ffi-partial\",\"session_dir\":\"{}\",\"no_agent\":\"wait\",\
+         \"probe_min_grant_ns\":4000000,\"handle_sigterm\":false,\"status_interval_ms\":0,\
+         \"cpu_nice\":0}}",
+        dir.display()
+    ))
+    .unwrap();
+    let (inv, state, timeout) = (
+        FRST_ERR_INVALID as i32,
+        FRST_ERR_STATE as i32,
+        FRST_ERR_TIMEOUT,
+    );
+    // SAFETY: the C contract: a handle from frst_create until frst_destroy, valid pointers.
+    unsafe {
+        let t = frst_create(cfg.as_ptr());
+        assert!(!t.is_null());
+        assert_eq!(frst_set_state(t, 1), 0);
+        let mut f = -1.0;
+        assert_eq!(frst_step_fraction_fits(t, 0.0, &mut f), inv);
+        assert_eq!(frst_step_fraction_fits(t, 0.25, std::ptr::null_mut()), inv);
+        // No grant open: nothing fits, nothing is offered.
+        writer.close(0);
+        assert_eq!(frst_step_fraction_fits(t, 0.25, &mut f), 0);
+        assert_eq!(f, 0.0);
+        assert_eq!(frst_step_begin_partial(t, 0.5), state);
+        // Learn 2 ms steps in a long grant.
+        writer.open_for(60_000 * MS, 60_000 * MS, 0);
+        for _ in 0..5 {
+            assert!(frst_wait_for_grant(t, 0, 5_000_000_000) > 0);
+            assert_eq!(frst_step_begin(t), 0);
+            sleep_ns(2 * MS);
+            assert!(frst_step_end(t) >= 2 * MS as i64);
+        }
+        let est = frst_step_estimate_ns(t);
+        assert!(est >= 2 * MS as i64, "estimate {est}");
+        assert_eq!(frst_step_fraction_fits(t, 0.25, &mut f), 0);
+        assert_eq!(f, 1.0, "a whole step fits the long grant");
+        // A new grant, long, with GPU-time budget for about half a step.
+        writer.open_for(60_000 * MS, est as u64 / 2, 0);
+        assert_eq!(frst_wait_for_grant(t, 0, 0), timeout);
+        assert_eq!(frst_step_fraction_fits(t, 0.25, &mut f), 0);
+        assert!((0.25..1.0).contains(&f), "offered {f}");
+        assert_eq!(
+            frst_step_begin_partial(t, f + 0.01),
+            inv,
+            "more than offered"
+        );
+        assert_eq!(frst_step_begin_partial(t, f), 0);
+        sleep_ns((f * 2.0 * MS as f64) as u64);
+        assert!(frst_step_end(t) > 0);
+        assert_eq!(
+            frst_step_begin_partial(t, f),
+            state,
+            "an offer is good for one step"
+        );
+        assert_eq!(frst_steps(t), 6);
+        assert_eq!(
+            frst_step_estimate_ns(t),
+            est,
+            "the partial step taught the estimate"
+        );
+        let js = CStr::from_ptr(frst_summary_json(t, std::ptr::null()))
+            .to_str()
+            .unwrap()
+            .to_string();
+        let v: serde_json::Value = serde_json::from_str(&js).unwrap();
+        assert_eq!(v["partial_steps"], 1, "{js}");
+        // Its GPU time went against the budget: not even a quarter step is left.
+        assert_eq!(frst_step_fraction_fits(t, 0.25, &mut f), 0);
+        assert!(f < 0.25, "offered {f} after the partial step");
+        frst_destroy(t);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

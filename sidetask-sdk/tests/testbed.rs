@@ -372,6 +372,8 @@ fn python_torch_style_example() {
     let s = summary(&out);
     assert_eq!(s["state"], "finished");
     assert_eq!(s["steps"], 20);
+    // Standalone (no agent): a whole step always fits, so no partial step is offered.
+    assert_eq!(s["partial_steps"], 0, "{s}");
     assert!(
         s["final_loss"].as_f64().unwrap() < s["first_loss"].as_f64().unwrap(),
         "{s}"

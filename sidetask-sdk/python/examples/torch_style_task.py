@@ -160,19 +160,28 @@ def main():
     true_w = [rnd.uniform(-1, 1) for _ in range(args.dim)]
     task.created()
 
+    def train_on(batch):
+        xs = [[rnd.uniform(-1, 1) for _ in range(args.dim)] for _ in range(batch)]
+        ys = [[sum(w * x for w, x in zip(true_w, row))] for row in xs]
+        loss = loss_fn(model(tensor(xs)), tensor(ys))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        synchronize()
+        return loss
+
     first_loss = last_loss = None
     done = 0
     while done < args.steps:
         if task.wait_for_grant() is None:
             break  # stop requested (SIGTERM): the task is now stopped
         with task.step():
-            xs = [[rnd.uniform(-1, 1) for _ in range(args.dim)] for _ in range(args.batch)]
-            ys = [[sum(w * x for w, x in zip(true_w, row))] for row in xs]
-            loss = loss_fn(model(tensor(xs)), tensor(ys))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            synchronize()
+            loss = train_on(args.batch)
+        # Where a whole step no longer fits the grant (its last one), a smaller minibatch may.
+        f = task.fraction_fits(0.25)
+        if 0 < f < 1:
+            with task.partial_step(f):
+                train_on(max(1, int(args.batch * f)))
         last_loss = loss.item()
         first_loss = last_loss if first_loss is None else first_loss
         done += 1

@@ -58,11 +58,19 @@ int main(int argc, char **argv) {
         int64_t ns = frst_step_end(t);
         CHECK(ns >= 200000);
     }
+    /* Partial steps: with no agent (standalone) a whole step always fits, nothing is offered. */
+    double f = -1.0;
+    CHECK(frst_step_fraction_fits(t, 0.0, &f) == FRST_ERR_INVALID);
+    CHECK(frst_step_fraction_fits(t, 0.25, NULL) == FRST_ERR_INVALID);
+    CHECK(frst_step_fraction_fits(t, 0.25, &f) == FRST_OK);
+    CHECK(f == 1.0);
+    CHECK(frst_step_begin_partial(t, 0.5) == FRST_ERR_STATE);
     CHECK(frst_steps(t) == 5);
     CHECK(frst_step_estimate_ns(t) >= 200000);
     const char *js = frst_summary_json(t, "{\"lang\":\"c\"}");
     CHECK(js != NULL);
     CHECK(strstr(js, "\"steps\":5") != NULL);
+    CHECK(strstr(js, "\"partial_steps\":0") != NULL);
     CHECK(strstr(js, "\"lang\":\"c\"") != NULL);
     printf("%s\n", js);
 
