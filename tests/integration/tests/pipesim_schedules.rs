@@ -42,8 +42,8 @@ fn run_json(args: &[&str]) -> Value {
         .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
-/// Checks a report against the expected iteration and idle per rank (ms).
-fn check(args: &[&str], makespan_ms: f64, idle_ms: f64) {
+/// How one run compares with the model: `Err` says what is off.
+fn compare(args: &[&str], makespan_ms: f64, idle_ms: f64) -> Result<(), String> {
     let v = run_json(args);
     let it = v["iteration_ms"].as_f64().unwrap();
     let idle: Vec<f64> = v["idle_ms_per_rank"]
@@ -54,22 +54,36 @@ fn check(args: &[&str], makespan_ms: f64, idle_ms: f64) {
         .collect();
     let tol = 0.05 * makespan_ms;
     eprintln!("{args:?}: iteration {it:.2} (want {makespan_ms}), idle {idle:.2?} (want {idle_ms})");
-    assert!(
-        (it - makespan_ms).abs() <= tol,
-        "{args:?}: iteration {it} ms, want {makespan_ms} ± {tol}"
-    );
+    assert_eq!(v["measured_iterations"].as_u64(), Some(2));
+    if (it - makespan_ms).abs() > tol {
+        return Err(format!(
+            "{args:?}: iteration {it} ms, want {makespan_ms} ± {tol}"
+        ));
+    }
     for (r, i) in idle.iter().enumerate() {
-        assert!(
-            (i - idle_ms).abs() <= tol,
-            "{args:?}: rank {r} idle {i} ms, want {idle_ms} ± {tol}"
-        );
+        if (i - idle_ms).abs() > tol {
+            return Err(format!(
+                "{args:?}: rank {r} idle {i} ms, want {idle_ms} ± {tol}"
+            ));
+        }
     }
     let frac = v["idle_fraction"].as_f64().unwrap();
-    assert!(
-        (frac - idle_ms / makespan_ms).abs() <= 0.05,
-        "{args:?}: idle fraction {frac}"
-    );
-    assert_eq!(v["measured_iterations"].as_u64(), Some(2));
+    if (frac - idle_ms / makespan_ms).abs() > 0.05 {
+        return Err(format!("{args:?}: idle fraction {frac}"));
+    }
+    Ok(())
+}
+
+/// Checks a run against the expected iteration and idle per rank (ms). A run that misses is run
+/// once more: a stall of the shared machine (a thread woken tens of ms late) only adds time to one
+/// run, while a wrong schedule misses every time.
+fn check(args: &[&str], makespan_ms: f64, idle_ms: f64) {
+    if let Err(first) = compare(args, makespan_ms, idle_ms) {
+        eprintln!("missed once ({first}); running it again");
+        if let Err(second) = compare(args, makespan_ms, idle_ms) {
+            panic!("{first}; again: {second}");
+        }
+    }
 }
 
 // Reference table rows (F = B = W = 10 ms, zero latency), both styles.
