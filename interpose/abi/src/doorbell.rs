@@ -22,6 +22,7 @@
 //! value the agent last saw: a ring is never lost. A trainer's ring says its poller rings (see
 //! [`crate::ring::FEATURE_RINGS_DOORBELL`]); the agent sleeps on the doorbell only while every
 //! trainer's does.
+use crate::futex;
 use crate::shm_file::{create_staging, SharedMap};
 use std::io;
 use std::path::Path;
@@ -112,19 +113,8 @@ impl Doorbell {
         let b = self.block();
         b.seq.fetch_add(1, Ordering::SeqCst);
         if b.sleeping.load(Ordering::SeqCst) != 0 {
-            // SAFETY: FUTEX_WAKE on an aligned 32-bit word of a live shared mapping; it only wakes
-            // waiters (non-private: the waiter is another process mapping the same file).
-            unsafe {
-                libc::syscall(
-                    libc::SYS_futex,
-                    &b.seq as *const AtomicU32,
-                    libc::FUTEX_WAKE,
-                    i32::MAX,
-                    0usize,
-                    0usize,
-                    0u32,
-                )
-            };
+            // SAFETY: `seq` is an aligned 32-bit word of the live mapping.
+            unsafe { futex::wake_all(b.seq.as_ptr()) };
         }
     }
 
@@ -134,23 +124,8 @@ impl Doorbell {
         let b = self.block();
         b.sleeping.store(1, Ordering::SeqCst);
         if b.seq.load(Ordering::SeqCst) == seen {
-            let ts = libc::timespec {
-                tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
-                tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
-            };
-            // SAFETY: FUTEX_WAIT on an aligned 32-bit word of a live shared mapping with a
-            // relative timeout we own; it returns at once if the word no longer holds `seen`.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_futex,
-                    &b.seq as *const AtomicU32,
-                    libc::FUTEX_WAIT,
-                    seen,
-                    &ts as *const libc::timespec,
-                    0usize,
-                    0u32,
-                )
-            };
+            // SAFETY: as in `ring`; it returns at once if `seq` no longer holds `seen`.
+            unsafe { futex::wait(b.seq.as_ptr(), seen, timeout_ns) };
         }
         b.sleeping.store(0, Ordering::SeqCst);
         b.seq.load(Ordering::SeqCst)

@@ -116,19 +116,8 @@ impl GrantBlock {
     /// Wakes every process waiting in [`GrantBlock::wait_for_change`] (the writer calls it after a
     /// publish). A system call: the agent's side, never a trainer's hook path.
     pub fn wake_all(&self) {
-        // SAFETY: FUTEX_WAKE on an aligned 32-bit word of a live shared mapping; it only wakes
-        // waiters (non-private: waiters are other processes mapping the same file).
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                self.futex_word(),
-                libc::FUTEX_WAKE,
-                i32::MAX,
-                0usize,
-                0usize,
-                0u32,
-            )
-        };
+        // SAFETY: the low half of `epoch`, an aligned word of the live block.
+        unsafe { crate::futex::wake_all(self.futex_word()) };
     }
 
     /// Sleeps until the block is published again (its epoch differs from `seen_epoch`) or
@@ -137,23 +126,9 @@ impl GrantBlock {
         if self.epoch.load(Ordering::Acquire) != seen_epoch {
             return;
         }
-        let ts = libc::timespec {
-            tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
-            tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
-        };
-        // SAFETY: FUTEX_WAIT on an aligned 32-bit word of a live shared mapping with a relative
-        // timeout we own; it returns at once if the word no longer holds `seen_epoch`'s low half.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                self.futex_word(),
-                libc::FUTEX_WAIT,
-                seen_epoch as u32,
-                &ts as *const libc::timespec,
-                0usize,
-                0u32,
-            )
-        };
+        // SAFETY: as in `wake_all`; it returns at once if the word no longer holds
+        // `seen_epoch`'s low half.
+        unsafe { crate::futex::wait(self.futex_word(), seen_epoch as u32, timeout_ns) };
     }
 
     /// The current epoch (pass it to [`GrantBlock::wait_for_change`]).

@@ -16,6 +16,7 @@
 pub mod cpu;
 pub mod doorbell;
 pub mod event;
+pub mod futex;
 pub mod grant;
 pub mod grant_shm;
 pub mod json;
