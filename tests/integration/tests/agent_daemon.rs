@@ -306,7 +306,7 @@ fn a_watching_agent_sleeps_between_bubbles() {
         let dir = session(&format!("bell{bell}"));
         let mut a = agent_with(&dir, &[("FREERIDE_DOORBELL", bell)]);
         std::thread::sleep(Duration::from_millis(200));
-        let mut j = job(&dir, 30);
+        let mut j = job(&dir, 40);
         assert!(
             wait_learnt(&dir, 2, Duration::from_secs(20)).is_some(),
             "the agent never learnt the job"
