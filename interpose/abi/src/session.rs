@@ -109,29 +109,35 @@ pub fn grant_file_name(device: u32) -> String {
     format!("{GRANT_PREFIX}{device}")
 }
 
-/// Staging rings in `dir` (see the module docs), with their pids.
-pub fn list_staging(dir: &Path) -> io::Result<Vec<(PathBuf, u32)>> {
+/// The entries of `dir` whose names `parse` takes, with what it made of them.
+fn list_named(
+    dir: &Path,
+    parse: fn(&str) -> Option<(u32, u64)>,
+) -> io::Result<Vec<(PathBuf, (u32, u64))>> {
     let mut v = vec![];
     for e in std::fs::read_dir(dir)? {
         let e = e?;
-        if let Some((pid, _)) = e.file_name().to_str().and_then(parse_ring_staging_name) {
-            v.push((e.path(), pid));
+        if let Some(id) = e.file_name().to_str().and_then(parse) {
+            v.push((e.path(), id));
         }
     }
     Ok(v)
 }
 
+/// Staging rings in `dir` (see the module docs), with their pids.
+pub fn list_staging(dir: &Path) -> io::Result<Vec<(PathBuf, u32)>> {
+    Ok(list_named(dir, parse_ring_staging_name)?
+        .into_iter()
+        .map(|(p, (pid, _))| (p, pid))
+        .collect())
+}
+
 /// All ring files in `dir`, sorted by name.
 pub fn list_rings(dir: &Path) -> io::Result<Vec<PathBuf>> {
-    let mut v = vec![];
-    for e in std::fs::read_dir(dir)? {
-        let e = e?;
-        if let Some(n) = e.file_name().to_str() {
-            if parse_ring_file_name(n).is_some() {
-                v.push(e.path());
-            }
-        }
-    }
+    let mut v: Vec<PathBuf> = list_named(dir, parse_ring_file_name)?
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
     v.sort();
     Ok(v)
 }
