@@ -37,6 +37,7 @@
 use crate::dl;
 use crate::rt;
 use freeride_abi::doorbell::{Doorbell, DOORBELL_FILE};
+use freeride_abi::shm_file::file_id;
 use freeride_abi::{env, now_ns, ring::FEATURE_RINGS_DOORBELL, session, Api, Kind, Record};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -582,11 +583,7 @@ impl Bell {
         self.checked_at = now.max(1);
         let dir = session::resolve_dir();
         if let Some(d) = &self.door {
-            let same = std::fs::metadata(dir.join(DOORBELL_FILE)).is_ok_and(|m| {
-                use std::os::unix::fs::MetadataExt;
-                (m.dev(), m.ino()) == d.file_id()
-            });
-            if same {
+            if file_id(&dir.join(DOORBELL_FILE)) == Some(d.file_id()) {
                 return;
             }
             self.door = None;

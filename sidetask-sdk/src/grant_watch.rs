@@ -6,7 +6,7 @@
 use crate::shm_map::GrantMap;
 use freeride_abi::grant::{Grant, GRANT_LAYOUT_VERSION, GRANT_MAGIC};
 use freeride_abi::now_ns;
-use std::os::unix::fs::MetadataExt;
+use freeride_abi::shm_file::file_id;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
@@ -48,10 +48,8 @@ impl GrantWatch {
 
     fn recheck(&mut self, now: u64) {
         self.next_check_ns = now + RECHECK_NS;
-        let current = std::fs::metadata(&self.path)
-            .ok()
-            .map(|m| (m.dev(), m.ino()));
-        let mapped = self.map.as_ref().map(|m| m.id);
+        let current = file_id(&self.path);
+        let mapped = self.map.as_ref().map(|m| m.id());
         if current != mapped {
             self.map = current.and_then(|_| GrantMap::open(&self.path, false).ok());
         }

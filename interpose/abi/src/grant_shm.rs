@@ -12,8 +12,6 @@ use std::sync::atomic::{fence, Ordering};
 
 pub struct GrantMap {
     map: SharedMap,
-    /// (device, inode) of the mapped file, to notice a replaced file.
-    pub id: (u64, u64),
 }
 
 impl GrantMap {
@@ -21,7 +19,12 @@ impl GrantMap {
     /// owned by another user or open to group/others (a planted block must not open a gate).
     pub fn open(path: &Path, writable: bool) -> io::Result<Self> {
         let map = SharedMap::open(path, GRANT_FILE_SIZE, writable, "grant block")?;
-        Ok(GrantMap { id: map.id, map })
+        Ok(GrantMap { map })
+    }
+
+    /// (device, inode) of the mapped file, to notice a replaced file.
+    pub fn id(&self) -> (u64, u64) {
+        self.map.id
     }
 
     pub fn block(&self) -> &GrantBlock {

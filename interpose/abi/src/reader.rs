@@ -66,8 +66,6 @@ pub struct RingInfo {
     pub device: i32,
     pub exited: bool,
     pub dropped: u64,
-    /// Its comm poller rings the session doorbell ([`crate::ring::FEATURE_RINGS_DOORBELL`]).
-    pub rings_doorbell: bool,
 }
 
 /// Counters of one [`RingReader::poll`].
@@ -235,7 +233,6 @@ impl RingReader {
             device: h.device.load(Ordering::Relaxed),
             exited: h.state.load(Ordering::Relaxed) == STATE_EXITED,
             dropped: h.dropped.load(Ordering::Relaxed),
-            rings_doorbell: self.rings_doorbell(),
         }
     }
 

@@ -6,6 +6,12 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
+/// (device, inode) of the file at `path` now, to tell whether a mapping ([`SharedMap::id`]) is
+/// still of the file there; `None` if there is none.
+pub fn file_id(path: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
 /// A shared mapping of the first `len` bytes of a checked file; unmapped on drop.
 pub struct SharedMap {
     ptr: *mut libc::c_void,

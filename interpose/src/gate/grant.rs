@@ -8,7 +8,7 @@
 //! 4 KiB per agent restart).
 use freeride_abi::grant::{Grant, GrantBlock, GRANT_LAYOUT_VERSION, GRANT_MAGIC};
 use freeride_abi::grant_shm::GrantMap;
-use std::os::unix::fs::MetadataExt;
+use freeride_abi::shm_file::file_id;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -112,9 +112,9 @@ impl GrantView {
         let Some(path) = self.path.as_ref() else {
             return;
         };
-        match std::fs::metadata(path) {
-            Ok(md) => {
-                if self.map.is_some_and(|m| m.id == (md.dev(), md.ino())) {
+        match file_id(path) {
+            Some(id) => {
+                if self.map.is_some_and(|m| m.id() == id) {
                     return;
                 }
                 // Leaked on purpose: readers on other threads may still hold the old block.
@@ -125,7 +125,7 @@ impl GrantView {
                     warn_if_other_version(path, b);
                 }
             }
-            Err(_) => self.map = None,
+            None => self.map = None,
         }
     }
 
