@@ -65,6 +65,16 @@ pub struct FfiTask {
 pub struct FrstTask(Mutex<FfiTask>);
 
 impl FfiTask {
+    /// Starts timing a step in grant window `w` (the task is running).
+    fn begin_step(&mut self, w: Window, partial: bool) {
+        if let Some(g) = &self.gpu {
+            g.take_first_launch_ns();
+        }
+        self.pacer.step_begin(w);
+        self.partial = partial;
+        self.partial_offer = None;
+    }
+
     fn gpu(&mut self) -> Result<&mut Gpu, SdkError> {
         if self.gpu.is_none() {
             self.gpu = Some(Gpu::open(self.pacer.config().device)?);
@@ -270,13 +280,8 @@ pub unsafe extern "C" fn frst_step_begin(h: *const FrstTask) -> i32 {
                 actual: t.pacer.state(),
             });
         }
-        if let Some(g) = &t.gpu {
-            g.take_first_launch_ns();
-        }
         let w = t.window.unwrap_or_else(Window::unbounded);
-        t.pacer.step_begin(w);
-        t.partial = false;
-        t.partial_offer = None;
+        t.begin_step(w, false);
         FRST_OK
     }) as i32
 }
@@ -343,14 +348,12 @@ pub unsafe extern "C" fn frst_step_begin_partial(h: *const FrstTask, fraction: f
             return FRST_ERR_INVALID;
         }
         t.partial_offer = None;
-        for next in [State::Paused, State::Running] {
-            let now = t.pacer.state();
-            let due = matches!(
-                (now, next),
-                (State::Created, State::Paused) | (State::Paused, State::Running)
-            );
-            if due {
-                if let Err(e) = t.pacer.transition(next) {
+        for (from, to) in [
+            (State::Created, State::Paused),
+            (State::Paused, State::Running),
+        ] {
+            if t.pacer.state() == from {
+                if let Err(e) = t.pacer.transition(to) {
                     return fail(e);
                 }
             }
@@ -361,12 +364,8 @@ pub unsafe extern "C" fn frst_step_begin_partial(h: *const FrstTask, fraction: f
                 actual: t.pacer.state(),
             });
         }
-        if let Some(g) = &t.gpu {
-            g.take_first_launch_ns();
-        }
         t.window = Some(w);
-        t.pacer.step_begin(w);
-        t.partial = true;
+        t.begin_step(w, true);
         FRST_OK
     }) as i32
 }
