@@ -2,6 +2,7 @@
 //! the one that made the ring (same pid, started before the ring), run as the agent's own user, and
 //! the signal goes through a pidfd opened before those checks, so a pid reused in between is never
 //! hit.
+use freeride_abi::clock_ns;
 use std::io;
 
 /// Why a kill was not sent.
@@ -22,16 +23,6 @@ impl std::fmt::Display for Refused {
             Refused::Io(e) => write!(f, "not killed: {e}"),
         }
     }
-}
-
-fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes only the timespec we own.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Real and effective uid of `pid` (from `/proc/<pid>/status`).

@@ -327,13 +327,7 @@ pub struct AgentRun {
 
 /// CPU time of the calling thread so far.
 fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime only writes the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    freeride_abi::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 /// Runs the agent loop over `dir` until `stop` is set, then drains the rings once more.
