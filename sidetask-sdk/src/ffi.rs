@@ -399,15 +399,7 @@ pub unsafe extern "C" fn frst_step_end(h: *const FrstTask) -> i64 {
             }
         }
         // A failed synchronize still ends the step (its span, not its GPU time, is charged).
-        let timing = if std::mem::take(&mut t.partial) {
-            t.pacer.step_take().map(|s| {
-                let end = freeride_abi::now_ns();
-                let span = end.saturating_sub(s.start_ns);
-                t.pacer.step_record_partial(s, end, span, gpu_ns)
-            })
-        } else {
-            t.pacer.step_end(gpu_ns)
-        };
+        let timing = t.pacer.step_end(gpu_ns, std::mem::take(&mut t.partial));
         if let Some(e) = sync_err {
             return fail(e);
         }

@@ -402,39 +402,19 @@ impl Pacer {
     }
 
     /// Ends the step begun by `step_begin`. `gpu_ns`: the GPU-side time if known (first launch to
-    /// synchronize return), else the whole span counts.
-    pub fn step_end(&mut self, gpu_ns: Option<u64>) -> Option<StepTiming> {
+    /// synchronize return), else the whole span counts. `partial`: see [`Pacer::step_record`].
+    pub fn step_end(&mut self, gpu_ns: Option<u64>, partial: bool) -> Option<StepTiming> {
         let s = self.step.take()?;
         let end = now_ns();
         let span_ns = end.saturating_sub(s.start_ns);
-        Some(self.step_record(s, end, span_ns, gpu_ns))
+        Some(self.step_record(s, end, span_ns, gpu_ns, partial))
     }
 
     /// Accounts a step taken by `step_take`: it ended (its GPU work) at `end_ns` and took
-    /// `span_ns` (what it would have taken alone) and `gpu_ns` (None: the span).
+    /// `span_ns` (what it would have taken alone) and `gpu_ns` (None: the span). A `partial` step
+    /// (see [`Pacer::check_partial`]) counts against the grant and in the task's totals, but the
+    /// step-length estimates learn only from full steps.
     pub fn step_record(
-        &mut self,
-        s: StepStart,
-        end_ns: u64,
-        span_ns: u64,
-        gpu_ns: Option<u64>,
-    ) -> StepTiming {
-        self.account_step(s, end_ns, span_ns, gpu_ns, false)
-    }
-
-    /// Accounts a partial step (see [`Pacer::check_partial`]): its GPU time counts against the
-    /// grant and in the task's totals, but the step-length estimates learn only from full steps.
-    pub fn step_record_partial(
-        &mut self,
-        s: StepStart,
-        end_ns: u64,
-        span_ns: u64,
-        gpu_ns: Option<u64>,
-    ) -> StepTiming {
-        self.account_step(s, end_ns, span_ns, gpu_ns, true)
-    }
-
-    fn account_step(
         &mut self,
         s: StepStart,
         end_ns: u64,

@@ -236,12 +236,8 @@ impl Runtime {
             }
             _ => (end.saturating_sub(p.start.start_ns), end),
         };
-        if p.partial {
-            self.pacer
-                .step_record_partial(p.start, end_ns, span_ns, gpu_ns);
-        } else {
-            self.pacer.step_record(p.start, end_ns, span_ns, gpu_ns);
-        }
+        self.pacer
+            .step_record(p.start, end_ns, span_ns, gpu_ns, p.partial);
         res
     }
 
@@ -390,8 +386,13 @@ impl Runtime {
                     // The step's work cannot be timed: wait for it and count its span.
                     let _ = ctx.synchronize();
                     let end = now_ns();
-                    self.pacer
-                        .step_record(start, end, end.saturating_sub(start.start_ns), None);
+                    self.pacer.step_record(
+                        start,
+                        end,
+                        end.saturating_sub(start.start_ns),
+                        None,
+                        false,
+                    );
                     return Err(self.fail(task, &mut ctx, "synchronize", e.into()));
                 }
             };
