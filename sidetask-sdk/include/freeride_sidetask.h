@@ -80,6 +80,13 @@ int32_t frst_set_state(frst_task *task, int32_t state);
  * fits, running -> paused while it does not. Returns the grant's time left in ns (> 0; INT64_MAX
  * when unbounded), FRST_ERR_TIMEOUT or FRST_ERR_STOPPED. */
 int64_t frst_wait_for_grant(frst_task *task, uint64_t step_estimate_ns, uint64_t timeout_ns);
+/* frst_wait_for_grant with the learned estimate, for a task that can scale its work: it returns
+ * also when only part of a step fits, at least min_fraction (0 < min_fraction <= 1), and writes to
+ * *out_fraction 1.0 (a whole step: frst_step_begin) or the share that fits (frst_step_begin_partial).
+ * Waiting for whole steps only, a task whose estimate a slow spell inflated past every grant would
+ * wait for good; partial steps bring the estimate down again. */
+int64_t frst_wait_for_step(frst_task *task, double min_fraction, uint64_t timeout_ns,
+                           double *out_fraction);
 /* Starts timing a step (the task must be running). */
 int32_t frst_step_begin(frst_task *task);
 /* Synchronizes the SDK's stream, records the step; returns its duration in ns or an error. */
@@ -92,8 +99,9 @@ int64_t frst_step_end(frst_task *task);
  * grant is open or the step estimates are not learned yet (0 < min_fraction < 1). It does not
  * wait. frst_step_begin_partial then starts a step of `fraction` (at most the share offered; one
  * offer, one step) and moves the task to running: queue about that share of a step's GPU work and
- * end it with frst_step_end. It counts against the grant and in "partial_steps"; the step
- * estimate learns from whole steps only.
+ * end it with frst_step_end. It counts against the grant and in "partial_steps"; scaled to a
+ * whole step, its duration may lower the step estimate, never raise it. To wait for either, use
+ * frst_wait_for_step.
  *
  *     double f;
  *     if (frst_step_fraction_fits(t, 0.25, &f) == FRST_OK && f > 0.0 && f < 1.0) {

@@ -9,11 +9,13 @@
             break
         with task.step():                              # times the step, learns its duration
             ...queue GPU work; synchronize it before the block ends...
-        f = task.fraction_fits(0.25)                   # a task that can scale its work:
-        if 0 < f < 1:                                  # part of a step where a whole one no
-            with task.partial_step(f):                 # longer fits the grant
-                ...queue f of a step's work...
     task.finish()
+
+A task that can scale its work (a smaller minibatch) waits for a whole step or part of one:
+
+        f = task.wait_for_step(0.25)                   # None: stop requested (SIGTERM)
+        with task.step() if f >= 1.0 else task.partial_step(f):
+            ...queue f of a step's work...
 
 The library is found through $FREERIDE_SIDETASK_LIB, next to this file, or in the cargo target
 folders of the repository (target/release, target/debug).
@@ -83,6 +85,10 @@ def load_library():
         "frst_state": (ctypes.c_int32, [P]),
         "frst_set_state": (ctypes.c_int32, [P, ctypes.c_int32]),
         "frst_wait_for_grant": (ctypes.c_int64, [P, ctypes.c_uint64, ctypes.c_uint64]),
+        "frst_wait_for_step": (
+            ctypes.c_int64,
+            [P, ctypes.c_double, ctypes.c_uint64, ctypes.POINTER(ctypes.c_double)],
+        ),
         "frst_step_begin": (ctypes.c_int32, [P]),
         "frst_step_end": (ctypes.c_int64, [P]),
         "frst_step_fraction_fits": (
@@ -175,6 +181,20 @@ class SideTask:
             return 0
         return self._check(rc)
 
+    def wait_for_step(self, min_fraction=0.25, timeout_s=None):
+        """Waits for a grant that fits the next step or at least min_fraction of one. Returns 1.0
+        (run a whole step: step()), the share that fits (run it with partial_step), 0.0 on
+        timeout, or None when a stop was requested (the task is then stopped)."""
+        timeout = FOREVER if timeout_s is None else int(timeout_s * 1e9)
+        out = ctypes.c_double(0.0)
+        rc = self._lib.frst_wait_for_step(self._h, float(min_fraction), timeout, ctypes.byref(out))
+        if rc == ERR_STOPPED:
+            return None
+        if rc == ERR_TIMEOUT:
+            return 0.0
+        self._check(rc)
+        return out.value
+
     @contextmanager
     def step(self):
         """Times one step (from entry to the synchronize at exit) and learns its duration."""
@@ -195,7 +215,8 @@ class SideTask:
     @contextmanager
     def partial_step(self, fraction):
         """A step of `fraction` of the usual work (at most what fraction_fits offered): queue
-        about that share of a step's GPU work. Counted in partial_steps, not learnt from."""
+        about that share of a step's GPU work. Counted in partial_steps; scaled to a whole step, its
+        duration may lower the step estimate, never raise it."""
         self._check(self._lib.frst_step_begin_partial(self._h, float(fraction)))
         try:
             yield self

@@ -42,6 +42,12 @@ pub struct TaskConfig {
     pub margin: f64,
     pub quantile: f64,
     pub window: usize,
+    /// An estimate that holds the task through this many grants in a row that a step would fit
+    /// by `margin` x the median (the prior approach's rule) but does not by the estimate comes
+    /// down by one sample: the largest is replaced by the median (a slow spell left the window's
+    /// high quantile above every grant, and without steps it would never age out). Never below
+    /// `margin` x the median, so a task slower than every grant stays held. 0: never.
+    pub relax_after_grants: u32,
     /// A cap on the device memory this task may hold, on top of the grant's `mem_budget_bytes`.
     pub mem_cap_bytes: Option<u64>,
     /// Polling a closed grant: sleeps grow from `poll_min_us` to `poll_max_us`.
@@ -84,6 +90,7 @@ impl Default for TaskConfig {
             margin: 1.2,
             quantile: 0.9,
             window: 64,
+            relax_after_grants: 64,
             mem_cap_bytes: None,
             poll_min_us: 50,
             poll_max_us: 200,

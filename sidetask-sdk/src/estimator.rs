@@ -32,6 +32,33 @@ impl StepEstimator {
         self.count += 1;
     }
 
+    /// Records `ns`, or the quantile the estimate is taken from where `ns` is above it: such a
+    /// sample never raises the estimate, and it still ages the window's oldest sample out.
+    pub fn record_at_most_estimate(&mut self, ns: u64) {
+        let cap = self.quantile_ns(self.quantile).unwrap_or(ns);
+        self.record(ns.min(cap));
+    }
+
+    /// The lowest the estimate comes down to by [`StepEstimator::relax`]: `margin` x the median.
+    pub fn floor_ns(&self) -> Option<u64> {
+        self.median_ns()
+            .map(|m| (m as f64 * self.margin).ceil() as u64)
+    }
+
+    /// Replaces the window's largest sample with its median; false where they are equal.
+    pub fn relax(&mut self) -> bool {
+        let (Some(med), Some(max)) = (self.median_ns(), self.samples.iter().copied().max()) else {
+            return false;
+        };
+        if max <= med {
+            return false;
+        }
+        if let Some(s) = self.samples.iter_mut().find(|s| **s == max) {
+            *s = med;
+        }
+        true
+    }
+
     /// Samples recorded in all.
     pub fn count(&self) -> u64 {
         self.count
@@ -100,5 +127,39 @@ mod tests {
         assert_eq!(e.estimate_ns(), Some(100));
         e.record(1_000);
         assert_eq!(e.estimate_ns(), Some(1_000));
+    }
+
+    #[test]
+    fn relaxing_comes_down_to_margin_times_the_median_and_no_lower() {
+        let mut e = StepEstimator::new(8, 1.0, 1.2);
+        for ns in [100, 100, 100, 100, 100, 900, 900] {
+            e.record(ns);
+        }
+        assert_eq!(e.estimate_ns(), Some(1080));
+        assert_eq!(e.floor_ns(), Some(120));
+        assert!(e.relax());
+        assert_eq!(e.estimate_ns(), Some(1080), "one of the two 900s is left");
+        assert!(e.relax());
+        assert_eq!(e.estimate_ns(), Some(120));
+        assert!(!e.relax(), "nothing above the median");
+        assert_eq!(e.estimate_ns(), Some(120));
+        assert_eq!(e.count(), 7, "relaxing records nothing");
+    }
+
+    #[test]
+    fn capped_samples_never_raise_the_estimate_and_age_the_window() {
+        let mut e = StepEstimator::new(4, 1.0, 1.0);
+        for ns in [100, 100, 900, 900] {
+            e.record(ns);
+        }
+        assert_eq!(e.estimate_ns(), Some(900));
+        e.record_at_most_estimate(5_000);
+        assert_eq!(e.estimate_ns(), Some(900), "a capped sample raised it");
+        for _ in 0..3 {
+            e.record_at_most_estimate(200);
+        }
+        assert_eq!(e.estimate_ns(), Some(900), "the capped 900 is still in the window");
+        e.record_at_most_estimate(200);
+        assert_eq!(e.estimate_ns(), Some(200), "the slow samples aged out");
     }
 }

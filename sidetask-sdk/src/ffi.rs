@@ -58,20 +58,20 @@ pub struct FfiTask {
     window: Option<Window>,
     /// What the last `frst_step_fraction_fits` found: the grant and the share of a step that fits.
     partial_offer: Option<(Window, f64)>,
-    /// The step begun is partial (`frst_step_begin_partial`).
-    partial: bool,
+    /// The share of a full step the step begun does (< 1: `frst_step_begin_partial`).
+    fraction: f64,
 }
 
 pub struct FrstTask(Mutex<FfiTask>);
 
 impl FfiTask {
     /// Starts timing a step in grant window `w` (the task is running).
-    fn begin_step(&mut self, w: Window, partial: bool) {
+    fn begin_step(&mut self, w: Window, fraction: f64) {
         if let Some(g) = &self.gpu {
             g.take_first_launch_ns();
         }
         self.pacer.step_begin(w);
-        self.partial = partial;
+        self.fraction = fraction;
         self.partial_offer = None;
     }
 
@@ -138,7 +138,7 @@ pub unsafe extern "C" fn frst_create(config_json: *const c_char) -> *mut FrstTas
             gpu: None,
             window: None,
             partial_offer: None,
-            partial: false,
+            fraction: 1.0,
         })
     });
     match r {
@@ -220,50 +220,93 @@ pub unsafe extern "C" fn frst_wait_for_grant(
     step_estimate_ns: u64,
     timeout_ns: u64,
 ) -> i64 {
-    with_task(h, |t| {
-        let p = &mut t.pacer;
-        if p.state() == State::Created {
-            if let Err(e) = p.transition(State::Paused) {
-                return fail(e);
-            }
+    with_task(h, |t| match wait_for_step(t, step_estimate_ns, 1.0, timeout_ns) {
+        Ok((w, _)) => w.time_left_ns.min(i64::MAX as u64).max(1) as i64,
+        Err(rc) => rc,
+    })
+}
+
+/// Like `frst_wait_for_grant` with the learned estimate, for a task that can scale its work: it
+/// also returns when only part of a step fits, at least `min_fraction` (0 < min_fraction <= 1).
+/// Writes to `out_fraction` 1.0 (run a whole step: `frst_step_begin`) or the share that fits
+/// (run it with `frst_step_begin_partial`). Returns the grant's time left in ns (> 0),
+/// FRST_ERR_TIMEOUT, FRST_ERR_STOPPED or another error.
+///
+/// # Safety
+/// `task`/`h` is NULL or a live handle from `frst_create` (not yet destroyed); every other pointer
+/// is NULL or valid as `include/freeride_sidetask.h` describes.
+#[no_mangle]
+pub unsafe extern "C" fn frst_wait_for_step(
+    h: *const FrstTask,
+    min_fraction: f64,
+    timeout_ns: u64,
+    out_fraction: *mut f64,
+) -> i64 {
+    if out_fraction.is_null() || !(min_fraction > 0.0 && min_fraction <= 1.0) {
+        set_error("frst_wait_for_step: 0 < min_fraction <= 1 and a non-NULL out_fraction");
+        return FRST_ERR_INVALID;
+    }
+    with_task(h, |t| match wait_for_step(t, 0, min_fraction, timeout_ns) {
+        Ok((w, f)) => {
+            t.partial_offer = (f < 1.0).then_some((w, f));
+            // SAFETY: non-NULL (checked above), a valid double (C contract).
+            unsafe { *out_fraction = f };
+            w.time_left_ns.min(i64::MAX as u64).max(1) as i64
         }
-        if !matches!(p.state(), State::Paused | State::Running) {
-            return fail(SdkError::WrongState {
-                expected: "created, paused or running",
-                actual: p.state(),
-            });
-        }
-        let window = match p.check(step_estimate_ns) {
-            Some(w) => Some(w),
+        Err(rc) => rc,
+    })
+}
+
+/// Waits (`timeout_ns`: 0 checks once, u64::MAX forever) until a step of `step_estimate_ns`
+/// (0: the learned estimate), or at least `min_fraction` of one, fits; moves the task to running
+/// then, to paused while nothing fits. The window and the share that fits, or the error code.
+fn wait_for_step(
+    t: &mut FfiTask,
+    step_estimate_ns: u64,
+    min_fraction: f64,
+    timeout_ns: u64,
+) -> Result<(Window, f64), i64> {
+    let p = &mut t.pacer;
+    if p.state() == State::Created {
+        p.transition(State::Paused).map_err(fail)?;
+    }
+    if !matches!(p.state(), State::Paused | State::Running) {
+        return Err(fail(SdkError::WrongState {
+            expected: "created, paused or running",
+            actual: p.state(),
+        }));
+    }
+    let fits = match p.check(step_estimate_ns) {
+        Some(w) => Some((w, 1.0)),
+        None => match p.check_partial(min_fraction) {
+            Some(wf) => Some(wf),
             None => {
                 if p.state() == State::Running {
                     let _ = p.transition(State::Paused);
                 }
                 let timeout = (timeout_ns != u64::MAX).then(|| Duration::from_nanos(timeout_ns));
-                match p.wait(step_estimate_ns, timeout) {
-                    WaitOutcome::Fits(w) => Some(w),
+                match p.wait(step_estimate_ns, min_fraction, timeout) {
+                    WaitOutcome::Fits(w, f) => Some((w, f)),
                     WaitOutcome::TimedOut => {
                         set_error("no grant fitting the step before the timeout");
-                        return FRST_ERR_TIMEOUT;
+                        return Err(FRST_ERR_TIMEOUT);
                     }
                     WaitOutcome::Stopped => None,
                 }
             }
-        };
-        if p.stop_requested() {
-            let _ = p.transition(State::Stopped);
-            set_error("stop requested");
-            return FRST_ERR_STOPPED;
-        }
-        let w = window.expect("None only when stopped");
-        if p.state() == State::Paused {
-            if let Err(e) = p.transition(State::Running) {
-                return fail(e);
-            }
-        }
-        t.window = Some(w);
-        w.time_left_ns.min(i64::MAX as u64).max(1) as i64
-    })
+        },
+    };
+    if p.stop_requested() {
+        let _ = p.transition(State::Stopped);
+        set_error("stop requested");
+        return Err(FRST_ERR_STOPPED);
+    }
+    let (w, f) = fits.expect("None only when stopped");
+    if p.state() == State::Paused {
+        p.transition(State::Running).map_err(fail)?;
+    }
+    t.window = Some(w);
+    Ok((w, f))
 }
 
 /// Starts timing a step (the task must be running: call frst_wait_for_grant first).
@@ -281,7 +324,7 @@ pub unsafe extern "C" fn frst_step_begin(h: *const FrstTask) -> i32 {
             });
         }
         let w = t.window.unwrap_or_else(Window::unbounded);
-        t.begin_step(w, false);
+        t.begin_step(w, 1.0);
         FRST_OK
     }) as i32
 }
@@ -326,8 +369,8 @@ pub unsafe extern "C" fn frst_step_fraction_fits(
 
 /// Starts timing a partial step of `fraction` of a step's work (at most what the last
 /// `frst_step_fraction_fits` offered): the task queues about that share of a step's GPU work. Its
-/// GPU time counts against the grant and in the totals (`partial_steps`); the step estimates
-/// learn from full steps only. Moves created/paused -> running.
+/// GPU time counts against the grant and in the totals (`partial_steps`); scaled to a whole step,
+/// its duration may lower the step estimates, never raise them. Moves created/paused -> running.
 ///
 /// # Safety
 /// `task`/`h` is NULL or a live handle from `frst_create` (not yet destroyed); every other pointer
@@ -365,7 +408,7 @@ pub unsafe extern "C" fn frst_step_begin_partial(h: *const FrstTask, fraction: f
             });
         }
         t.window = Some(w);
-        t.begin_step(w, true);
+        t.begin_step(w, fraction);
         FRST_OK
     }) as i32
 }
@@ -399,7 +442,7 @@ pub unsafe extern "C" fn frst_step_end(h: *const FrstTask) -> i64 {
             }
         }
         // A failed synchronize still ends the step (its span, not its GPU time, is charged).
-        let timing = t.pacer.step_end(gpu_ns, std::mem::take(&mut t.partial));
+        let timing = t.pacer.step_end(gpu_ns, std::mem::replace(&mut t.fraction, 1.0));
         if let Some(e) = sync_err {
             return fail(e);
         }

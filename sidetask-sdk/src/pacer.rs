@@ -52,9 +52,10 @@ pub enum Availability {
     Open(Window),
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum WaitOutcome {
-    Fits(Window),
+    /// The window, and the share of a step that fits it (1.0: a whole one).
+    Fits(Window, f64),
     Stopped,
     TimedOut,
 }
@@ -81,6 +82,8 @@ pub struct Summary {
     pub last_step_ms: f64,
     pub step_estimate_ms: f64,
     pub overruns: u64,
+    /// See [`TaskConfig::relax_after_grants`].
+    pub estimate_relaxed: u64,
 }
 
 impl Summary {
@@ -113,6 +116,10 @@ pub struct Pacer {
     rec: StatusRecord,
     grant_key: (u64, u64),
     used_in_grant_ns: u64,
+    /// Grants in a row that held the task though a step would fit them by the floor estimate
+    /// (see [`TaskConfig::relax_after_grants`]), and the last one counted.
+    held_grants: u32,
+    held_key: (u64, u64),
     step: Option<StepStart>,
     no_agent_noted: bool,
     /// The foreign grant layout version already reported (0: none).
@@ -173,6 +180,8 @@ impl Pacer {
             rec,
             grant_key: (0, 0),
             used_in_grant_ns: 0,
+            held_grants: 0,
+            held_key: (0, 0),
             step: None,
             no_agent_noted: false,
             version_noted: 0,
@@ -296,7 +305,36 @@ impl Pacer {
         let (t, b) = self.needed_ns(override_ns);
         match self.availability() {
             Availability::Open(w) if w.time_left_ns >= t && w.budget_left_ns >= b => Some(w),
+            Availability::Open(w) if override_ns == 0 => {
+                self.note_held(w);
+                None
+            }
             _ => None,
+        }
+    }
+
+    /// Counts a grant that the estimate holds the task out of though a step would fit it by
+    /// `margin` x the median; after [`TaskConfig::relax_after_grants`] of them in a row the
+    /// estimates come down by a sample.
+    fn note_held(&mut self, w: Window) {
+        if self.cfg.relax_after_grants == 0 || w.standalone || self.held_key == self.grant_key {
+            return;
+        }
+        let (Some(span), Some(gpu)) = (self.span.floor_ns(), self.gpu.floor_ns()) else {
+            return;
+        };
+        if w.time_left_ns < span.max(gpu) || w.budget_left_ns < gpu {
+            return;
+        }
+        self.held_key = self.grant_key;
+        self.held_grants += 1;
+        if self.held_grants >= self.cfg.relax_after_grants {
+            self.held_grants = 0;
+            // Both, not short-circuited.
+            let (a, b) = (self.span.relax(), self.gpu.relax());
+            if a || b {
+                self.rec.estimate_relaxed += 1;
+            }
         }
     }
 
@@ -338,8 +376,14 @@ impl Pacer {
         (f >= min_fraction.max(0.01) && f < 1.0).then_some((w, f))
     }
 
-    /// Polls until the next step fits, a stop is requested, or `timeout` passes.
-    pub fn wait(&mut self, override_ns: u64, timeout: Option<Duration>) -> WaitOutcome {
+    /// Polls until the next step fits, or at least `min_fraction` of one does (1.0: whole steps
+    /// only; see [`Pacer::check_partial`]), a stop is requested, or `timeout` passes.
+    pub fn wait(
+        &mut self,
+        override_ns: u64,
+        min_fraction: f64,
+        timeout: Option<Duration>,
+    ) -> WaitOutcome {
         let deadline = timeout.map(|t| now_ns().saturating_add(t.as_nanos() as u64));
         let mut sleep_us = self.cfg.poll_min_us;
         loop {
@@ -347,7 +391,12 @@ impl Pacer {
                 return WaitOutcome::Stopped;
             }
             if let Some(w) = self.check(override_ns) {
-                return WaitOutcome::Fits(w);
+                return WaitOutcome::Fits(w, 1.0);
+            }
+            if min_fraction < 1.0 {
+                if let Some((w, f)) = self.check_partial(min_fraction) {
+                    return WaitOutcome::Fits(w, f);
+                }
             }
             let now = now_ns();
             if deadline.is_some_and(|d| now >= d) {
@@ -385,6 +434,8 @@ impl Pacer {
     }
 
     pub fn step_begin(&mut self, window: Window) {
+        self.held_grants = 0;
+        self.held_key = self.grant_key;
         self.step = Some(StepStart {
             start_ns: now_ns(),
             window,
@@ -402,30 +453,37 @@ impl Pacer {
     }
 
     /// Ends the step begun by `step_begin`. `gpu_ns`: the GPU-side time if known (first launch to
-    /// synchronize return), else the whole span counts. `partial`: see [`Pacer::step_record`].
-    pub fn step_end(&mut self, gpu_ns: Option<u64>, partial: bool) -> Option<StepTiming> {
+    /// synchronize return), else the whole span counts. `fraction`: see [`Pacer::step_record`].
+    pub fn step_end(&mut self, gpu_ns: Option<u64>, fraction: f64) -> Option<StepTiming> {
         let s = self.step.take()?;
         let end = now_ns();
         let span_ns = end.saturating_sub(s.start_ns);
-        Some(self.step_record(s, end, span_ns, gpu_ns, partial))
+        Some(self.step_record(s, end, span_ns, gpu_ns, fraction))
     }
 
     /// Accounts a step taken by `step_take`: it ended (its GPU work) at `end_ns` and took
-    /// `span_ns` (what it would have taken alone) and `gpu_ns` (None: the span). A `partial` step
-    /// (see [`Pacer::check_partial`]) counts against the grant and in the task's totals, but the
-    /// step-length estimates learn only from full steps.
+    /// `span_ns` (what it would have taken alone) and `gpu_ns` (None: the span). `fraction` is the
+    /// share of a full step it did: below 1 a partial step (see [`Pacer::check_partial`]), which
+    /// counts against the grant and in the task's totals, and whose durations scaled to a whole
+    /// step (divided by `fraction`) may lower the step estimates but never raise them: a step's
+    /// fixed costs make the scaled figure a whole step's or more, so it is no evidence of a slower
+    /// step, while it lets an estimate that a slow spell inflated past every grant the task is
+    /// offered come down again (full steps would never run to correct it).
     pub fn step_record(
         &mut self,
         s: StepStart,
         end_ns: u64,
         span_ns: u64,
         gpu_ns: Option<u64>,
-        partial: bool,
+        fraction: f64,
     ) -> StepTiming {
         let gpu_ns = gpu_ns.unwrap_or(span_ns).min(span_ns);
         let overran = !s.window.standalone && end_ns > s.window.deadline_ns;
-        if partial {
+        if fraction < 1.0 {
             self.rec.partial_steps += 1;
+            let whole = |ns: u64| (ns as f64 / fraction.max(0.01)).min(u64::MAX as f64) as u64;
+            self.span.record_at_most_estimate(whole(span_ns));
+            self.gpu.record_at_most_estimate(whole(gpu_ns));
         } else {
             self.span.record(span_ns);
             self.gpu.record(gpu_ns);
@@ -462,6 +520,7 @@ impl Pacer {
             last_step_ms: ms(self.rec.last_step_ns),
             step_estimate_ms: ms(self.step_estimate_ns()),
             overruns: self.rec.overruns,
+            estimate_relaxed: self.rec.estimate_relaxed,
         }
     }
 }

@@ -180,8 +180,8 @@ struct Launched {
     queued_behind: bool,
     /// The next step was started while this one still ran.
     followed: bool,
-    /// A partial step (see [`SideTask::min_step_fraction`]): not learnt from.
-    partial: bool,
+    /// The share of a full step it did (< 1: a partial step, see [`SideTask::min_step_fraction`]).
+    fraction: f64,
 }
 
 impl Drop for Ctx {
@@ -237,7 +237,7 @@ impl Runtime {
             _ => (end.saturating_sub(p.start.start_ns), end),
         };
         self.pacer
-            .step_record(p.start, end_ns, span_ns, gpu_ns, p.partial);
+            .step_record(p.start, end_ns, span_ns, gpu_ns, p.fraction);
         res
     }
 
@@ -349,8 +349,14 @@ impl Runtime {
                     if self.pacer.state() == State::Running {
                         self.go(task, &mut ctx, State::Paused)?;
                     }
-                    match self.pacer.wait(0, None) {
-                        WaitOutcome::Fits(w) => w,
+                    // A grant that opens fits a whole step or, for a task that can scale its
+                    // work, part of one (else an estimate above every grant would hold the task
+                    // for good).
+                    match self.pacer.wait(0, min_fraction, None) {
+                        WaitOutcome::Fits(w, f) => {
+                            fraction = f;
+                            w
+                        }
                         WaitOutcome::Stopped | WaitOutcome::TimedOut => continue,
                     }
                 }
@@ -391,7 +397,7 @@ impl Runtime {
                         end,
                         end.saturating_sub(start.start_ns),
                         None,
-                        false,
+                        fraction,
                     );
                     return Err(self.fail(task, &mut ctx, "synchronize", e.into()));
                 }
@@ -404,7 +410,7 @@ impl Runtime {
                 returned_ns,
                 queued_behind,
                 followed: false,
-                partial: fraction < 1.0,
+                fraction,
             };
             let keep = in_flight_max > 1
                 && cur.mark.is_some()

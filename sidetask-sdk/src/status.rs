@@ -30,6 +30,8 @@ pub struct StatusRecord {
     pub priority: u64,
     pub mem_held_bytes: u64,
     pub overruns: u64,
+    /// Times the step estimate came down (see `TaskConfig::relax_after_grants`).
+    pub estimate_relaxed: u64,
     pub started_ns: u64,
     pub updated_ns: u64,
 }

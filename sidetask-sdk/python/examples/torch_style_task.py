@@ -173,15 +173,17 @@ def main():
     first_loss = last_loss = None
     done = 0
     while done < args.steps:
-        if task.wait_for_grant() is None:
+        # 1.0: a whole step fits the grant; less: only that share does (the grant's last step, or
+        # a grant shorter than a step), and a smaller minibatch runs.
+        f = task.wait_for_step(0.25)
+        if f is None:
             break  # stop requested (SIGTERM): the task is now stopped
-        with task.step():
-            loss = train_on(args.batch)
-        # Where a whole step no longer fits the grant (its last one), a smaller minibatch may.
-        f = task.fraction_fits(0.25)
-        if 0 < f < 1:
+        if f >= 1.0:
+            with task.step():
+                loss = train_on(args.batch)
+        else:
             with task.partial_step(f):
-                train_on(max(1, int(args.batch * f)))
+                loss = train_on(max(1, int(args.batch * f)))
         last_loss = loss.item()
         first_loss = last_loss if first_loss is None else first_loss
         done += 1

@@ -64,6 +64,9 @@ int main(int argc, char **argv) {
     CHECK(frst_step_fraction_fits(t, 0.25, NULL) == FRST_ERR_INVALID);
     CHECK(frst_step_fraction_fits(t, 0.25, &f) == FRST_OK);
     CHECK(f == 1.0);
+    f = -1.0;
+    CHECK(frst_wait_for_step(t, 0.25, 0, &f) > 0);
+    CHECK(f == 1.0);
     CHECK(frst_step_begin_partial(t, 0.5) == FRST_ERR_STATE);
     CHECK(frst_steps(t) == 5);
     CHECK(frst_step_estimate_ns(t) >= 200000);

@@ -3,7 +3,7 @@
 use freeride_sidetask::{Ctx, NoAgent, SideTask, StepOutcome, TaskConfig, TaskResult};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,6 +28,10 @@ pub fn config(dir: &std::path::Path, no_agent: NoAgent) -> TaskConfig {
         no_agent,
         handle_sigterm: false,
         status_interval_ms: 0,
+        // Nice 0: these tests run the runtime in the test process, whose every thread (the test's
+        // stand-in agent among them) the default nice 19 would lower; on a loaded machine that
+        // starves them for milliseconds. The lowering has its own test (testbed.rs).
+        cpu_nice: 0,
         ..Default::default()
     }
 }
@@ -45,6 +49,14 @@ pub struct SleepTask {
     pub min_fraction: f64,
     /// The fraction of every step taken.
     pub fractions: Arc<Mutex<Vec<f64>>>,
+    /// How long every step's sleep really took, in ns (a loaded host oversleeps).
+    pub slept_ns: Arc<Mutex<Vec<u64>>>,
+    /// Steps whose sleep overran what they asked for by more than a tenth: the host was late, and
+    /// such a step may end past its grant through no fault of the runtime.
+    pub late_steps: Arc<AtomicU64>,
+    /// While set, steps sleep `slow_step` instead (a slow spell).
+    pub slow: Arc<AtomicBool>,
+    pub slow_step: Duration,
 }
 
 impl SleepTask {
@@ -59,6 +71,10 @@ impl SleepTask {
             fail_at_step: None,
             min_fraction: 1.0,
             fractions: Arc::default(),
+            slept_ns: Arc::default(),
+            late_steps: Arc::default(),
+            slow: Arc::default(),
+            slow_step: step,
         }
     }
 
@@ -88,7 +104,19 @@ impl SideTask for SleepTask {
         }
         let f = ctx.step_fraction();
         self.fractions.lock().unwrap().push(f);
-        std::thread::sleep(self.step.mul_f64(f));
+        let step = if self.slow.load(Ordering::SeqCst) {
+            self.slow_step
+        } else {
+            self.step
+        };
+        let asked = step.mul_f64(f);
+        let t0 = std::time::Instant::now();
+        std::thread::sleep(asked);
+        let slept = t0.elapsed();
+        self.slept_ns.lock().unwrap().push(slept.as_nanos() as u64);
+        if slept > asked + asked / 10 {
+            self.late_steps.fetch_add(1, Ordering::SeqCst);
+        }
         self.done.fetch_add(1, Ordering::SeqCst);
         self.note("step");
         Ok(StepOutcome::Continue)
