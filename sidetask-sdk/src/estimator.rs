@@ -158,7 +158,11 @@ mod tests {
         for _ in 0..3 {
             e.record_at_most_estimate(200);
         }
-        assert_eq!(e.estimate_ns(), Some(900), "the capped 900 is still in the window");
+        assert_eq!(
+            e.estimate_ns(),
+            Some(900),
+            "the capped 900 is still in the window"
+        );
         e.record_at_most_estimate(200);
         assert_eq!(e.estimate_ns(), Some(200), "the slow samples aged out");
     }

@@ -220,9 +220,11 @@ pub unsafe extern "C" fn frst_wait_for_grant(
     step_estimate_ns: u64,
     timeout_ns: u64,
 ) -> i64 {
-    with_task(h, |t| match wait_for_step(t, step_estimate_ns, 1.0, timeout_ns) {
-        Ok((w, _)) => w.time_left_ns.min(i64::MAX as u64).max(1) as i64,
-        Err(rc) => rc,
+    with_task(h, |t| {
+        match wait_for_step(t, step_estimate_ns, 1.0, timeout_ns) {
+            Ok((w, _)) => w.time_left_ns.min(i64::MAX as u64).max(1) as i64,
+            Err(rc) => rc,
+        }
     })
 }
 
@@ -442,7 +444,9 @@ pub unsafe extern "C" fn frst_step_end(h: *const FrstTask) -> i64 {
             }
         }
         // A failed synchronize still ends the step (its span, not its GPU time, is charged).
-        let timing = t.pacer.step_end(gpu_ns, std::mem::replace(&mut t.fraction, 1.0));
+        let timing = t
+            .pacer
+            .step_end(gpu_ns, std::mem::replace(&mut t.fraction, 1.0));
         if let Some(e) = sync_err {
             return fail(e);
         }

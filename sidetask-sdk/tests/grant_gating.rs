@@ -402,7 +402,13 @@ fn a_slow_spell_that_holds_a_task_out_of_every_grant_is_relaxed_away() {
     });
     let s = Runtime::new(cfg).unwrap().run(&mut task).unwrap();
     let (spell, short_grants, gave_up) = agent.join().unwrap();
-    let slept: Vec<u64> = task.slept_ns.lock().unwrap().iter().map(|n| n / 100_000).collect();
+    let slept: Vec<u64> = task
+        .slept_ns
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|n| n / 100_000)
+        .collect();
     eprintln!(
         "spell ended at step {spell}; {short_grants} short grants; relaxed {} times; steps slept \
          (0.1 ms) {slept:?}",
@@ -516,7 +522,10 @@ fn the_c_abi_offers_part_of_a_step_where_a_whole_one_no_longer_fits() {
         assert!(frst_wait_for_step(t, 0.25, 0, &mut g) > 0);
         assert!((0.25..1.0).contains(&g), "wait_for_step offered {g}");
         assert_eq!(frst_wait_for_step(t, 0.0, 0, &mut g), inv as i64);
-        assert_eq!(frst_wait_for_step(t, 0.25, 0, std::ptr::null_mut()), inv as i64);
+        assert_eq!(
+            frst_wait_for_step(t, 0.25, 0, std::ptr::null_mut()),
+            inv as i64
+        );
         assert_eq!(frst_step_fraction_fits(t, 0.25, &mut f), 0);
         assert!((0.25..1.0).contains(&f), "offered {f}");
         assert_eq!(

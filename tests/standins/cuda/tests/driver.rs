@@ -834,7 +834,10 @@ fn idle_stream_starts_at_enqueue_time() {
         assert!((ms - 6.0).abs() < 0.001, "elapsed {ms} ms");
     } else {
         let longest = (k2_end - pre_end) as f32 / 1e6;
-        assert!((6.0 - 0.001..longest + 0.001).contains(&ms), "elapsed {ms} ms");
+        assert!(
+            (6.0 - 0.001..longest + 0.001).contains(&ms),
+            "elapsed {ms} ms"
+        );
     }
 }
 
