@@ -16,6 +16,7 @@ fn sleep_ns(ns: u64) {
 
 #[test]
 fn steps_run_only_in_grants_that_fit() {
+    let _hang = hang_guard("steps_run_only_in_grants_that_fit", Duration::from_secs(60));
     let dir = temp_dir("gate");
     let writer = GrantWriter::create(&dir, 0).unwrap();
     let mut cfg = config(&dir, NoAgent::Wait);
@@ -182,6 +183,10 @@ fn a_grant_block_of_another_version_holds_even_a_standalone_task() {
 /// grant for our priority runs steps.
 #[test]
 fn grants_for_more_important_tasks_are_closed_to_less_important_ones() {
+    let _hang = hang_guard(
+        "grants_for_more_important_tasks_are_closed_to_less_important_ones",
+        Duration::from_secs(60),
+    );
     use freeride_sidetask::grant_writer::GrantFields;
     let dir = temp_dir("prio");
     let writer = GrantWriter::create(&dir, 0).unwrap();
@@ -228,6 +233,10 @@ fn grants_for_more_important_tasks_are_closed_to_less_important_ones() {
 
 #[test]
 fn a_task_that_scales_its_work_takes_part_of_a_step_at_a_grants_end() {
+    let _hang = hang_guard(
+        "a_task_that_scales_its_work_takes_part_of_a_step_at_a_grants_end",
+        Duration::from_secs(60),
+    );
     let dir = temp_dir("partial");
     let writer = GrantWriter::create(&dir, 0).unwrap();
     let mut cfg = config(&dir, NoAgent::Wait);
@@ -284,6 +293,10 @@ fn a_task_that_scales_its_work_takes_part_of_a_step_at_a_grants_end() {
 /// taught nothing and full steps never ran again).
 #[test]
 fn an_estimate_inflated_by_a_slow_spell_comes_down_through_partial_steps() {
+    let _hang = hang_guard(
+        "an_estimate_inflated_by_a_slow_spell_comes_down_through_partial_steps",
+        Duration::from_secs(60),
+    );
     let dir = temp_dir("recover");
     let writer = GrantWriter::create(&dir, 0).unwrap();
     let mut cfg = config(&dir, NoAgent::Wait);
@@ -374,6 +387,10 @@ fn learn_then_slow_spell(writer: &GrantWriter, done: &AtomicU64, slow: &AtomicBo
 /// estimate comes down a sample at a time and full steps resume (before, the task waited for good).
 #[test]
 fn a_slow_spell_that_holds_a_task_out_of_every_grant_is_relaxed_away() {
+    let _hang = hang_guard(
+        "a_slow_spell_that_holds_a_task_out_of_every_grant_is_relaxed_away",
+        Duration::from_secs(60),
+    );
     let dir = temp_dir("relax");
     let writer = GrantWriter::create(&dir, 0).unwrap();
     let mut cfg = config(&dir, NoAgent::Wait);
@@ -433,6 +450,10 @@ fn a_slow_spell_that_holds_a_task_out_of_every_grant_is_relaxed_away() {
 /// offered stays held out of them.
 #[test]
 fn a_task_slower_than_every_grant_stays_held() {
+    let _hang = hang_guard(
+        "a_task_slower_than_every_grant_stays_held",
+        Duration::from_secs(60),
+    );
     let dir = temp_dir("held");
     let writer = GrantWriter::create(&dir, 0).unwrap();
     let mut cfg = config(&dir, NoAgent::Wait);

@@ -155,3 +155,30 @@ pub fn read_status(dir: &std::path::Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
         .unwrap()
 }
+
+/// Ends the whole test process, naming the test, if the test is still running after `limit`:
+/// a pacing bug that holds a task for good shows as a failure, not as a test run that never ends.
+pub struct HangGuard(Arc<AtomicBool>);
+
+pub fn hang_guard(test: &'static str, limit: Duration) -> HangGuard {
+    let done = Arc::new(AtomicBool::new(false));
+    let seen = done.clone();
+    std::thread::spawn(move || {
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < limit {
+            if seen.load(Ordering::SeqCst) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        eprintln!("{test}: still running after {limit:?}: a task was held for good; failing");
+        std::process::exit(101);
+    });
+    HangGuard(done)
+}
+
+impl Drop for HangGuard {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
