@@ -41,7 +41,7 @@ pub struct GrantView {
 }
 
 /// What the gate needs to know now.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Default)]
 pub struct Now {
     /// Open, fresh and not past its deadline.
     pub open: bool,
@@ -50,6 +50,9 @@ pub struct Now {
     pub mem_budget_bytes: u64,
     /// What all side tasks on the GPU hold (see [`Grant::mem_limit_for`]).
     pub side_mem_held_bytes: u64,
+    /// The block read and the epoch this was read at (None: no block, or it could not be read):
+    /// a closed grant is waited for on it, woken by the agent's next publish.
+    pub read_at: Option<(&'static GrantBlock, u64)>,
 }
 
 impl Now {
@@ -141,6 +144,7 @@ impl GrantView {
             let g = v.snapshot()?;
             let fresh = now.saturating_sub(g.heartbeat_ns) <= stale_ns;
             Some(Now {
+                read_at: v.block().map(|b| (b, g.epoch)),
                 open: g.open && fresh && g.open_until_ns > now && g.min_priority <= priority,
                 open_until_ns: g.open_until_ns,
                 budget_ns: g.budget_ns,

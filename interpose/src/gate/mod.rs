@@ -29,11 +29,13 @@
 //!    * the GPU ns admitted in this grant (told apart by `(open_until_ns, budget_ns)`, as the SDK
 //!      does) plus `e` stay within `budget_ns` when nonzero.
 //!
-//!    Otherwise it waits and checks again: spinning for ~20 µs, then sleeping 50 µs steps with
-//!    `clock_nanosleep` (timer slack 1 ns). The agent writes the block with plain atomics and never
-//!    `FUTEX_WAKE`s, so a futex on the epoch word would not be woken: a sleeping poll is used (its
-//!    latency, ~50-100 µs, is small against a bubble, and its cost is paid only by a waiting side
-//!    task).
+//!    Otherwise it waits and checks again: spinning for ~20 µs, then, while the grant is closed,
+//!    waiting on the block's epoch word (a futex the agent wakes after every publish, so a grant
+//!    that opens admits at once; 1 ms at most, to go on retiring work in flight and to notice a
+//!    dead agent; with no grant block at all, 1 ms sleeps), and while the grant is open but the
+//!    launch does not fit, sleeping 50 µs steps with `clock_nanosleep` (the work in flight ends
+//!    on the GPU: nothing wakes the gate then). Timer slack 1 ns. All of it on the side task's
+//!    threads, never the trainer's.
 //! 4. Starvation: a launch that can never fit (its estimate exceeds every grant) is admitted after
 //!    it has waited `FREERIDE_GATE_STARVE_MS` (default 200 ms), at the start of a grant (within
 //!    1 ms of the gate first seeing it open) and only when nothing else is in flight. It may
@@ -67,6 +69,7 @@ pub mod inflight;
 pub mod membudget;
 
 use crate::rt;
+use freeride_abi::grant::GrantBlock;
 use freeride_abi::{now_ns, Api};
 use std::cell::{Cell, UnsafeCell};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -85,6 +88,8 @@ pub struct Config {
 
 const SPIN_NS: u64 = 20_000;
 const SLEEP_NS: u64 = 50_000;
+/// The longest wait for a closed grant to be published again, or for a grant block to appear.
+const CLOSED_WAIT_NS: u64 = 1_000_000;
 /// A starving launch goes only this soon after the gate first saw a grant open.
 const STARVE_GRANT_AGE_NS: u64 = 1_000_000;
 
@@ -208,7 +213,17 @@ pub fn stats() -> (u64, u64, u64) {
 enum Decision {
     /// Admitted; the in-flight slot whose end event is recorded after the launch.
     Admit(Option<usize>),
-    Wait,
+    Wait(Hold),
+}
+
+/// Why a launch is held, which says how to wait.
+enum Hold {
+    /// The grant is closed, as read from this block at this epoch: the agent's next publish.
+    Closed(&'static GrantBlock, u64),
+    /// No grant block to read (no agent, or not readable now).
+    NoBlock,
+    /// The grant is open but the launch does not fit beside the work in flight.
+    Work,
 }
 
 fn device() -> i32 {
@@ -227,7 +242,10 @@ fn decide(cfg: &Config, now: u64, stream: u64, key: u64, waited_ns: u64) -> Deci
     publish_status(pend.count as u64, pend.due_ns, pend.admitted_ns, now);
     let g = st.grant.now(now, device(), cfg.stale_ns, cfg.priority);
     if !g.open {
-        return Decision::Wait;
+        return Decision::Wait(match g.read_at {
+            Some((block, epoch)) => Hold::Closed(block, epoch),
+            None => Hold::NoBlock,
+        });
     }
     let id = (g.open_until_ns, g.budget_ns);
     if id != st.grant_id {
@@ -244,7 +262,7 @@ fn decide(cfg: &Config, now: u64, stream: u64, key: u64, waited_ns: u64) -> Deci
             && waited_ns >= cfg.starve_ns
             && now.saturating_sub(st.grant_seen_ns) <= STARVE_GRANT_AGE_NS;
         if !starving {
-            return Decision::Wait;
+            return Decision::Wait(Hold::Work);
         }
         STARVED.fetch_add(1, Ordering::Relaxed);
     }
@@ -253,7 +271,7 @@ fn decide(cfg: &Config, now: u64, stream: u64, key: u64, waited_ns: u64) -> Deci
     }
     let model_end = st.model_end_ns.max(now).saturating_add(est);
     let Some(slot) = inflight::reserve(d, stream, key, est, model_end, now) else {
-        return Decision::Wait; // table full: wait for a retirement
+        return Decision::Wait(Hold::Work); // table full: wait for a retirement
     };
     st.model_end_ns = model_end;
     st.used_ns = st.used_ns.saturating_add(est);
@@ -297,14 +315,19 @@ thread_local! {
     static SLACK_SET: Cell<bool> = const { Cell::new(false) };
 }
 
-fn sleep_step() {
+/// Sets this thread's timer slack to 1 ns once, so that its waits end on time.
+fn set_timer_slack() {
     if !SLACK_SET.try_with(|s| s.replace(true)).unwrap_or(true) {
         // SAFETY: prctl(PR_SET_TIMERSLACK) sets this thread's timer slack (1 ns): wake on time.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
     }
+}
+
+/// Sleeps `ns` (< 1 s).
+fn sleep_ns(ns: u64) {
     let ts = libc::timespec {
         tv_sec: 0,
-        tv_nsec: SLEEP_NS as libc::c_long,
+        tv_nsec: ns as libc::c_long,
     };
     // SAFETY: clock_nanosleep reads the timespec we own; a NULL remainder is allowed.
     unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, 0, &ts, std::ptr::null_mut()) };
@@ -320,16 +343,19 @@ pub fn before_launch(_api: Api, stream: u64, key: u64) {
     let mut now = t0;
     let mut held = false;
     loop {
-        if let Decision::Admit(slot) = decide(cfg, now, stream, key, now - t0) {
-            if let Some(i) = slot {
-                let _ = rt::THREAD.try_with(|t| t.gate_slot.set(i as u32 + 1));
+        let hold = match decide(cfg, now, stream, key, now - t0) {
+            Decision::Admit(slot) => {
+                if let Some(i) = slot {
+                    let _ = rt::THREAD.try_with(|t| t.gate_slot.set(i as u32 + 1));
+                }
+                ADMITTED.fetch_add(1, Ordering::Relaxed);
+                if held {
+                    WAIT_NS.fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
+                }
+                return;
             }
-            ADMITTED.fetch_add(1, Ordering::Relaxed);
-            if held {
-                WAIT_NS.fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
-            }
-            return;
-        }
+            Decision::Wait(hold) => hold,
+        };
         if !held {
             held = true;
             HELD.fetch_add(1, Ordering::Relaxed);
@@ -339,7 +365,14 @@ pub fn before_launch(_api: Api, stream: u64, key: u64) {
                 std::hint::spin_loop();
             }
         } else {
-            sleep_step();
+            set_timer_slack();
+            match hold {
+                // The agent's next publish (a grant opening) wakes us at once; the timeout keeps
+                // retiring work in flight and notices a dead agent or a replaced file.
+                Hold::Closed(block, epoch) => block.wait_for_change(epoch, CLOSED_WAIT_NS),
+                Hold::NoBlock => sleep_ns(CLOSED_WAIT_NS),
+                Hold::Work => sleep_ns(SLEEP_NS),
+            }
         }
         now = now_ns();
     }

@@ -57,3 +57,17 @@ pub fn gate_side_bin(tag: &str) -> PathBuf {
 /// machine a side task at the default nice 19 can be starved for seconds, and those tests are about
 /// gating and faults, not CPU priority (the tests of the priority itself leave it at the default).
 pub const SIDETASK_NICE_FOR_TESTS: (&str, &str) = ("FREERIDE_SIDETASK_NICE", "0");
+
+/// Voluntary context switches (sleeps, each ending in a wake-up) of every thread of `pid` so far.
+pub fn sleeps(pid: u32) -> u64 {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("status")).ok())
+        .filter_map(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        })
+        .sum()
+}

@@ -183,20 +183,6 @@ fn dead_rings_and_garbage_files_do_not_stop_the_agent() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Voluntary context switches (sleeps) of every thread of `pid` so far.
-fn sleeps(pid: u32) -> u64 {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("status")).ok())
-        .filter_map(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-        })
-        .sum()
-}
-
 /// With no process to watch the agent wakes a few hundred times a second, not at its 50 µs poll
 /// (20 000 a second), and still serves its state.
 #[test]
@@ -204,9 +190,9 @@ fn an_agent_with_nothing_to_watch_mostly_sleeps() {
     let dir = session("idle");
     let mut a = agent(&dir);
     std::thread::sleep(Duration::from_millis(300));
-    let before = sleeps(a.id());
+    let before = freeride_tests::sleeps(a.id());
     std::thread::sleep(Duration::from_secs(1));
-    let woke = sleeps(a.id()) - before;
+    let woke = freeride_tests::sleeps(a.id()) - before;
     let served = status(&dir).is_some();
     a.kill().unwrap();
     a.wait().unwrap();
@@ -324,9 +310,9 @@ fn a_watching_agent_sleeps_between_bubbles() {
             "doorbell {bell}: a trainer's ring says otherwise"
         );
         drop(rings);
-        let before = sleeps(a.id());
+        let before = freeride_tests::sleeps(a.id());
         std::thread::sleep(Duration::from_secs(1));
-        woke.push(sleeps(a.id()) - before);
+        woke.push(freeride_tests::sleeps(a.id()) - before);
         assert!(j.wait().unwrap().success());
         a.kill().unwrap();
         a.wait().unwrap();

@@ -481,3 +481,49 @@ fn an_unmodified_sidetask_yields_the_cpu_to_the_trainer() {
         );
     }
 }
+
+/// A side task held by a closed grant sleeps on the grant block until the agent publishes (about
+/// a thousand wake-ups a second, from the 1 ms timeout) instead of polling every 50 µs (20 000),
+/// and a grant that opens wakes it at once: its first kernel is queued soon after.
+#[test]
+fn a_held_sidetask_sleeps_until_a_grant_opens() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let bed = Bed::new("sleeps");
+    let w = Arc::new(GrantWriter::create(&bed.session, 0).unwrap());
+    let _hb = heart(&w);
+    let (child, _out) = bed.start_loop(&[]);
+    let pid = child.id();
+    // Held at its first launch (the interposer starts at the first hooked call).
+    std::thread::sleep(Duration::from_millis(200));
+    let before = freeride_tests::sleeps(pid);
+    std::thread::sleep(Duration::from_secs(1));
+    let woke = freeride_tests::sleeps(pid) - before;
+    // Then grants of 10 ms every 50 ms: how soon after each opening is a kernel queued?
+    let mut opened = vec![];
+    for _ in 0..10 {
+        let t = now_ns();
+        opened.push(t);
+        let until = w.open_for(10 * MS, 10 * MS, 0);
+        sleep_until(until);
+        w.close(0);
+        sleep_until(t + 50 * MS);
+    }
+    kill(child);
+    let ks = bed.kernels(pid);
+    let mut lat: Vec<u64> = opened
+        .iter()
+        .filter_map(|&t| ks.iter().find(|k| k.2 >= t).map(|k| k.2 - t))
+        .collect();
+    lat.sort();
+    eprintln!(
+        "held side task: {woke} wake-ups in the closed second; first kernel queued after a grant \
+         opened: median {} µs, worst {} µs",
+        lat.get(lat.len() / 2).map_or(0, |n| n / 1000),
+        lat.last().map_or(0, |n| n / 1000)
+    );
+    assert!(
+        woke < 5_000,
+        "the held side task woke {woke} times in a second"
+    );
+    assert_eq!(lat.len(), 10, "a grant passed without a kernel: {ks:?}");
+}
