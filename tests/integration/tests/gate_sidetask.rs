@@ -502,8 +502,8 @@ fn a_held_sidetask_sleeps_until_a_grant_opens() {
     let mut opened = vec![];
     for _ in 0..10 {
         let t = now_ns();
-        opened.push(t);
         let until = w.open_for(10 * MS, 10 * MS, 0);
+        opened.push((t, until));
         sleep_until(until);
         w.close(0);
         sleep_until(t + 50 * MS);
@@ -512,7 +512,11 @@ fn a_held_sidetask_sleeps_until_a_grant_opens() {
     let ks = bed.kernels(pid);
     let mut lat: Vec<u64> = opened
         .iter()
-        .filter_map(|&t| ks.iter().find(|k| k.2 >= t).map(|k| k.2 - t))
+        .filter_map(|&(t, until)| {
+            ks.iter()
+                .find(|k| k.2 >= t && k.2 <= until)
+                .map(|k| k.2 - t)
+        })
         .collect();
     lat.sort();
     eprintln!(

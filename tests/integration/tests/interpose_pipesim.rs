@@ -146,10 +146,10 @@ fn run(style: &str, schedule: &str) {
             }
         }
         // GPU-side begin/end: one pair per comm kernel. Times come from the GPU clock (events
-        // anchored to the host clock), so they should sit on the ground truth: at least 95%
-        // within 1 ms and the median within 200 µs (or within its stated uncertainty, see below),
-        // and none beyond 20 ms (a busy machine may delay an anchor or force a poll-midpoint
-        // fallback now and then; a broken timing fails).
+        // anchored to the host clock), so they should sit on the ground truth: at least 95% (or
+        // all but two) within 1 ms (or their stated uncertainty), the median within 200 µs (or
+        // within its stated uncertainty, see below), and none beyond 20 ms (a busy machine may
+        // delay an anchor or force a poll-midpoint fallback now and then; a broken timing fails).
         assert_eq!(n(&|x| x["kind"] == "comm_begin", &e), gt_comm, "pid {pid}");
         assert_eq!(n(&|x| x["kind"] == "comm_end", &e), gt_comm);
         let comm: Vec<&&Value> = g.iter().filter(|x| x["kind"] == "comm").collect();
@@ -173,10 +173,27 @@ fn run(style: &str, schedule: &str) {
                 excess.push((best - unc).max(0));
             }
         }
+        // Within 1 ms, or within the (wider) uncertainty the record states: a poller descheduled
+        // for milliseconds beside a CPU hog widens its anchor window and says so.
+        let within = offs
+            .iter()
+            .zip(&uncs)
+            .filter(|&(&o, &u)| o < 1_000_000.max(u))
+            .count();
+        let far: Vec<(i64, i64)> = offs
+            .iter()
+            .zip(&uncs)
+            .filter(|&(&o, _)| o >= 1_000_000)
+            .map(|(&o, &u)| (o, u))
+            .collect();
+        if !far.is_empty() {
+            eprintln!(
+                "pid {pid}: (offset, stated uncertainty) ns of records 1 ms off or more: {far:?}"
+            );
+        }
         excess.sort_unstable();
         uncs.sort_unstable();
         offs.sort_unstable();
-        let within = offs.iter().filter(|&&o| o < 1_000_000).count();
         let median = offs[offs.len() / 2];
         let median_unc = uncs[uncs.len() / 2];
         let median_excess = excess[excess.len() / 2];
@@ -192,8 +209,9 @@ fn run(style: &str, schedule: &str) {
             median_excess
         );
         assert!(
-            within * 100 >= offs.len() * 95,
-            "pid {pid}: only {within} of {} comm begin/end records within 1 ms",
+            within * 100 >= offs.len() * 95 || offs.len() - within <= 2,
+            "pid {pid}: only {within} of {} comm begin/end records within 1 ms or their stated \
+             uncertainty",
             offs.len()
         );
         // A record is never further off than the uncertainty it states (the anchor's window:
