@@ -510,3 +510,75 @@ fn overlapped_steps_abut_and_stay_inside_grants() {
         "steps do not abut: median gap {median} ns (without overlap {median_off} ns); {gaps:?}"
     );
 }
+
+/// The Python module's partial steps against a grant block this test writes: 2 ms steps learned
+/// in a long grant, then a grant with GPU-time budget for about half a step: `wait_for_step`
+/// returns the share that fits, `partial_step` runs it, and it counts in `partial_steps`.
+#[test]
+fn python_partial_steps_in_a_grant_too_short_for_a_whole_one() {
+    use std::io::{BufRead, BufReader, Write};
+    const MS: u64 = 1_000_000;
+    let Some(bed) = Bed::new("py-partial") else {
+        return;
+    };
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: python3 not found");
+        return;
+    }
+    let writer = GrantWriter::create(&bed.session, 0).unwrap();
+    writer.open_for(60_000 * MS, 60_000 * MS, 0);
+    let pydir = Path::new(env!("CARGO_MANIFEST_DIR")).join("python");
+    let script = format!(
+        r#"
+import json, sys, time
+sys.path.insert(0, {pydir:?})
+from freeride_sidetask import SideTask
+t = SideTask(config={{"name": "py-partial", "session_dir": {dir:?}, "no_agent": "wait",
+                     "probe_min_grant_ns": 1000000, "handle_sigterm": False,
+                     "status_interval_ms": 0, "cpu_nice": 0}})
+t.created()
+for _ in range(5):
+    assert t.wait_for_step(0.25, timeout_s=5) == 1.0
+    with t.step():
+        time.sleep(0.002)
+print("learned", t.step_estimate_ns, flush=True)
+sys.stdin.readline()
+f = t.wait_for_step(0.25, timeout_s=5)
+print("offered", f, flush=True)
+with t.partial_step(f):
+    time.sleep(0.002 * f)
+print(json.dumps(t.summary(offered=f)))
+"#,
+        pydir = pydir.display().to_string(),
+        dir = bed.session.display().to_string(),
+    );
+    let mut child = bed
+        .command("python3")
+        .args(["-c", &script])
+        .env("FREERIDE_SIDETASK_LIB", cdylib())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let est: u64 = line
+        .strip_prefix("learned ")
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no estimate line: {line:?}"));
+    assert!(est >= 2 * MS, "estimate {est}");
+    // A long grant whose GPU-time budget fits about half a step.
+    writer.open_for(60_000 * MS, est / 2, 0);
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "python failed: {rest}");
+    let s: Value = serde_json::from_str(rest.lines().last().unwrap()).unwrap();
+    let f = s["offered"].as_f64().unwrap();
+    assert!((0.25..1.0).contains(&f), "offered {f}: {rest}");
+    assert_eq!(s["steps"], 6, "{s}");
+    assert_eq!(s["partial_steps"], 1, "{s}");
+}
