@@ -542,10 +542,7 @@ fn gpu_time(ev: usize) -> Option<(u64, u64)> {
 }
 
 fn sleep_until(t_ns: u64) {
-    let ts = libc::timespec {
-        tv_sec: (t_ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (t_ns % 1_000_000_000) as libc::c_long,
-    };
+    let ts = freeride_abi::timespec(t_ns);
     // SAFETY: clock_nanosleep reads the timespec we own; no remainder with TIMER_ABSTIME.
     unsafe {
         libc::clock_nanosleep(

@@ -29,10 +29,7 @@ pub unsafe fn wake_all(word: *const u32) {
 /// # Safety
 /// `word` points to an aligned 32-bit word of a mapping that stays live for the call.
 pub unsafe fn wait(word: *const u32, expected: u32, timeout_ns: u64) {
-    let ts = libc::timespec {
-        tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
-    };
+    let ts = crate::timespec(timeout_ns);
     // SAFETY: FUTEX_WAIT on an aligned 32-bit word of a live mapping (the caller's contract) with a
     // relative timeout we own; the kernel compares the word with `expected` atomically.
     unsafe {

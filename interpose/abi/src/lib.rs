@@ -72,3 +72,12 @@ pub fn clock_ns(clock: libc::clockid_t) -> u64 {
         .wrapping_mul(1_000_000_000)
         .wrapping_add(ts.tv_nsec as u64)
 }
+
+/// `ns` nanoseconds as a timespec (a duration, or a CLOCK_MONOTONIC time from [`now_ns`]).
+#[inline(always)]
+pub fn timespec(ns: u64) -> libc::timespec {
+    libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    }
+}

@@ -323,12 +323,9 @@ fn set_timer_slack() {
     }
 }
 
-/// Sleeps `ns` (< 1 s).
+/// Sleeps `ns`.
 fn sleep_ns(ns: u64) {
-    let ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: ns as libc::c_long,
-    };
+    let ts = freeride_abi::timespec(ns);
     // SAFETY: clock_nanosleep reads the timespec we own; a NULL remainder is allowed.
     unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, 0, &ts, std::ptr::null_mut()) };
 }
