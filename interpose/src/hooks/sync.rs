@@ -1,0 +1,109 @@
+//! Synchronize calls (runtime and driver): recorded after they return, with their start time;
+//! a side task's gate retires its finished work there.
+
+use super::*;
+
+/// Synchronize call: recorded after it returns, with its start time.
+#[inline(always)]
+fn sync_event(g: &Option<rt::Entered>, api: Api, t0: u64, handle: P, r: c_int) {
+    if g.is_some() && rt::is_sidetask() {
+        crate::gate::after_sync();
+    }
+    if g.is_some() && rt::active() {
+        rt::record(
+            Kind::Sync,
+            api,
+            t0,
+            handle as u64,
+            r as u32,
+            0,
+            [now_ns(), 0, 0],
+        );
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaDeviceSynchronize() -> c_int {
+    let api = Api::CudaDeviceSynchronize;
+    let Some(real) = real_fn::<RtSync0>(api) else {
+        return CUDART_SYMBOL_NOT_FOUND;
+    };
+    let g = rt::enter();
+    let t0 = now_ns();
+    // SAFETY: pass-through.
+    let r = unsafe { real() };
+    sync_event(&g, api, t0, std::ptr::null_mut(), r);
+    r
+}
+
+#[inline(always)]
+unsafe fn rt_sync1(api: Api, h: P) -> c_int {
+    let Some(real) = real_fn::<RtSync1>(api) else {
+        return CUDART_SYMBOL_NOT_FOUND;
+    };
+    let g = rt::enter();
+    let t0 = now_ns();
+    // SAFETY: pass-through.
+    let r = unsafe { real(h) };
+    sync_event(&g, api, t0, h, r);
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamSynchronize(s: P) -> c_int {
+    // SAFETY: pass-through.
+    unsafe { rt_sync1(Api::CudaStreamSynchronize, s) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamSynchronize_ptsz(s: P) -> c_int {
+    // SAFETY: pass-through.
+    unsafe { rt_sync1(Api::CudaStreamSynchronizePtsz, s) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaEventSynchronize(e: P) -> c_int {
+    // SAFETY: pass-through.
+    unsafe { rt_sync1(Api::CudaEventSynchronize, e) }
+}
+
+#[inline(always)]
+unsafe fn drv_sync1(api: Api, h: P) -> c_int {
+    let Some(real) = real_fn::<DrvSync1>(api) else {
+        return CUDA_ERROR_NOT_FOUND;
+    };
+    let g = rt::enter();
+    let t0 = now_ns();
+    // SAFETY: pass-through.
+    let r = unsafe { real(h) };
+    sync_event(&g, api, t0, h, r);
+    r
+}
+
+pub(super) unsafe extern "C" fn w_cuStreamSynchronize(s: P) -> c_int {
+    // SAFETY: pass-through.
+    unsafe { drv_sync1(Api::CuStreamSynchronize, s) }
+}
+
+pub(super) unsafe extern "C" fn w_cuStreamSynchronize_ptsz(s: P) -> c_int {
+    // SAFETY: pass-through.
+    unsafe { drv_sync1(Api::CuStreamSynchronizePtsz, s) }
+}
+
+pub(super) unsafe extern "C" fn w_cuEventSynchronize(e: P) -> c_int {
+    // SAFETY: pass-through.
+    unsafe { drv_sync1(Api::CuEventSynchronize, e) }
+}
+
+pub(super) unsafe extern "C" fn w_cuCtxSynchronize() -> c_int {
+    let api = Api::CuCtxSynchronize;
+    let Some(real) = real_fn::<DrvSync0>(api) else {
+        return CUDA_ERROR_NOT_FOUND;
+    };
+    let g = rt::enter();
+    let t0 = now_ns();
+    // SAFETY: pass-through.
+    let r = unsafe { real() };
+    sync_event(&g, api, t0, std::ptr::null_mut(), r);
+    r
+}
