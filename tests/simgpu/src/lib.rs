@@ -5,6 +5,7 @@
 //! * [`stream`] / [`event`]: per-process in-order streams, each executed by its own thread, and
 //!   the events recorded on them.
 //! * [`trace`]: the ground-truth trace (`$FREERIDE_SIM_TRACE`).
+//! * [`identity`]: simulated device N's PCI bus id and UUID, and `CUDA_VISIBLE_DEVICES`.
 //!
 //! The process-shared part lives in [`shm`] (layout), [`lock`] (a futex lock), [`arbiter`] (the
 //! admission rules, as pure functions) and [`memory`] (device memory accounting).
@@ -15,6 +16,7 @@ pub mod device;
 pub mod driver_entry;
 pub mod event;
 mod futex;
+pub mod identity;
 pub mod lock;
 pub mod memory;
 pub mod shm;

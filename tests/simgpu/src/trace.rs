@@ -5,6 +5,7 @@ use std::sync::OnceLock;
 
 /// One kernel execution.
 pub struct TruthLine<'a> {
+    /// The physical device (its bus id, [`crate::identity::pci_bus_id`], is written beside it).
     pub device: i32,
     pub pid: i32,
     /// The `CUstream` handle value the kernel was launched on (0: legacy default stream).
@@ -40,8 +41,9 @@ impl TruthLine<'_> {
     /// The line, newline included, in the format of TESTBED.md.
     pub fn to_json(&self) -> String {
         format!(
-            "{{\"device\":{},\"pid\":{},\"stream\":{},\"kernel\":\"{}\",\"kind\":\"{}\",\"api\":\"{}\",\"graph\":{},\"queued_ns\":{},\"start_ns\":{},\"end_ns\":{}}}\n",
+            "{{\"device\":{},\"bus_id\":\"{}\",\"pid\":{},\"stream\":{},\"kernel\":\"{}\",\"kind\":\"{}\",\"api\":\"{}\",\"graph\":{},\"queued_ns\":{},\"start_ns\":{},\"end_ns\":{}}}\n",
             self.device,
+            crate::identity::pci_bus_id(self.device),
             self.pid,
             self.stream,
             json_escape(self.kernel),
@@ -98,7 +100,7 @@ mod tests {
         };
         assert_eq!(
             l.to_json(),
-            "{\"device\":1,\"pid\":42,\"stream\":0,\"kernel\":\"fwd\\\"x\",\"kind\":\"compute\",\"api\":\"cuLaunchKernel\",\"graph\":false,\"queued_ns\":1,\"start_ns\":2,\"end_ns\":3}\n"
+            "{\"device\":1,\"bus_id\":\"0000:11:00.0\",\"pid\":42,\"stream\":0,\"kernel\":\"fwd\\\"x\",\"kind\":\"compute\",\"api\":\"cuLaunchKernel\",\"graph\":false,\"queued_ns\":1,\"start_ns\":2,\"end_ns\":3}\n"
         );
     }
 }

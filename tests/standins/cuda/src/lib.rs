@@ -4,6 +4,9 @@
 //! through `cuGetProcAddress`/`cuGetProcAddress_v2` by its base name via the one table in
 //! [`proc_table`]. No entry point unwinds: each body runs inside [`guard::guard`].
 //!
+//! Device ordinals are those `CUDA_VISIBLE_DEVICES` leaves ([`visible`]); the simulated GPU
+//! behind each is named by its physical index.
+//!
 //! Handles (`CUcontext`, `CUstream`, `CUevent`, `CUmodule`, `CUfunction`, `CUgraph`,
 //! `CUgraphExec`, `CUgraphNode`) are addresses of objects kept in registries ([`handles`]); a value
 //! that is not registered is `CUDA_ERROR_INVALID_HANDLE`.
@@ -13,3 +16,4 @@ mod handles;
 mod proc_table;
 mod state;
 mod types;
+mod visible;

@@ -61,6 +61,7 @@ fn build() -> Vec<Entry> {
         entry!("cuDeviceGetCount", 2000, cuDeviceGetCount),
         entry!("cuDeviceGetName", 2000, cuDeviceGetName),
         entry!("cuDeviceGetPCIBusId", 4010, cuDeviceGetPCIBusId),
+        entry!("cuDeviceGetByPCIBusId", 4010, cuDeviceGetByPCIBusId),
         entry!("cuDeviceGetAttribute", 2000, cuDeviceGetAttribute),
         entry!("cuDeviceTotalMem", 3020, cuDeviceTotalMem_v2),
         entry!("cuDeviceGetUuid", 9020, cuDeviceGetUuid),

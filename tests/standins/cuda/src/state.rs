@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
 
-/// A context: a device, its default stream (legacy and per-thread default streams both map to
+/// A context: a device (`dev` its ordinal, `device` the simulated GPU), its default stream (legacy and per-thread default streams both map to
 /// it) and the streams created in it.
 pub struct Context {
     pub dev: CUdevice,
@@ -24,7 +24,8 @@ pub struct Context {
 
 impl Context {
     fn new(dev: CUdevice, primary: bool) -> CuResult<Arc<Context>> {
-        let device = Device::get(dev).map_err(|e| match e {
+        let phys = crate::visible::physical(dev).ok_or(CUDA_ERROR_INVALID_DEVICE)?;
+        let device = Device::get(phys).map_err(|e| match e {
             simgpu::SimError::NoDevice => CUDA_ERROR_INVALID_DEVICE,
             _ => CUDA_ERROR_OPERATING_SYSTEM,
         })?;
@@ -72,7 +73,7 @@ thread_local! {
 
 /// Marks the driver initialized (`cuInit`).
 pub fn init() -> CuResult {
-    if simgpu::config::device_count() <= 0 {
+    if crate::visible::count() <= 0 {
         return Err(CUDA_ERROR_NO_DEVICE);
     }
     INITIALIZED.store(true, Ordering::Release);
@@ -90,11 +91,13 @@ pub fn require_init() -> CuResult {
 
 /// Checks a device ordinal.
 pub fn check_device(dev: CUdevice) -> CuResult {
+    physical(dev).map(|_| ())
+}
+
+/// The physical device (simulated GPU index) behind a valid ordinal.
+pub fn physical(dev: CUdevice) -> CuResult<i32> {
     require_init()?;
-    if dev < 0 || dev >= simgpu::config::device_count() {
-        return Err(CUDA_ERROR_INVALID_DEVICE);
-    }
-    Ok(())
+    crate::visible::physical(dev).ok_or(CUDA_ERROR_INVALID_DEVICE)
 }
 
 /// Device `dev`'s primary context and its handle (created on first use).

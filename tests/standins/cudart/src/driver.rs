@@ -40,6 +40,8 @@ driver_table! {
     init = ("cuInit", DEFAULT): fn(u32);
     driver_get_version = ("cuDriverGetVersion", DEFAULT): fn(*mut i32);
     device_get_count = ("cuDeviceGetCount", DEFAULT): fn(*mut i32);
+    device_get_pci_bus_id = ("cuDeviceGetPCIBusId", DEFAULT): fn(*mut c_char, i32, i32);
+    device_get_by_pci_bus_id = ("cuDeviceGetByPCIBusId", DEFAULT): fn(*mut i32, *const c_char);
     primary_ctx_retain = ("cuDevicePrimaryCtxRetain", DEFAULT): fn(*mut P, i32);
     ctx_set_current = ("cuCtxSetCurrent", DEFAULT): fn(P);
     ctx_get_current = ("cuCtxGetCurrent", DEFAULT): fn(*mut P);

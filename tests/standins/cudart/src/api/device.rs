@@ -26,6 +26,34 @@ pub unsafe extern "C" fn cudaGetDevice(device: *mut i32) -> cudaError_t {
     })
 }
 
+/// The runtime's ordinals are the driver's (both count the devices `CUDA_VISIBLE_DEVICES` leaves).
+#[no_mangle]
+pub unsafe extern "C" fn cudaDeviceGetPCIBusId(
+    pci_bus_id: *mut c_char,
+    len: i32,
+    device: i32,
+) -> cudaError_t {
+    guard(|| {
+        if pci_bus_id.is_null() || len <= 0 {
+            return Err(cudaErrorInvalidValue);
+        }
+        drv!(device_get_pci_bus_id(pci_bus_id, len, device))
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaDeviceGetByPCIBusId(
+    device: *mut i32,
+    pci_bus_id: *const c_char,
+) -> cudaError_t {
+    guard(|| {
+        if device.is_null() || pci_bus_id.is_null() {
+            return Err(cudaErrorInvalidValue);
+        }
+        drv!(device_get_by_pci_bus_id(device, pci_bus_id))
+    })
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cudaDeviceSynchronize() -> cudaError_t {
     guard(|| {
