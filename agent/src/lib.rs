@@ -8,6 +8,8 @@ pub mod node;
 pub mod report;
 pub mod sidetasks;
 pub mod sim;
+pub mod sim_gpus;
+pub mod sim_nodes;
 pub mod status;
 pub mod timeline;
 pub mod watchdog;

@@ -21,11 +21,11 @@ use crate::inference::Ns;
 use crate::node::{BubbleRecord, Node};
 use freeride_abi::{env, now_ns, session};
 use pipesim::cli::JobArgs;
+use pipesim::topology::Topology;
 use pipesim::truth::{self, Truth};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// True idle intervals shorter than this are left out of the detection-latency figures (they are
@@ -51,6 +51,11 @@ pub struct SimResult {
     pub warnings: Vec<String>,
     /// Side-task processes that ran beside the job.
     pub sidetask_pids: Vec<u32>,
+    /// Nodes the job ran on (one agent each), and ranks per node (rank r on node r / that).
+    pub nodes: u32,
+    pub ranks_per_node: u32,
+    /// Each node's agent: (events read, bubbles closed).
+    pub per_node: Vec<(u64, usize)>,
 }
 
 /// How side tasks share the GPU with the job.
@@ -90,11 +95,13 @@ pub struct SideTasks {
     pub args: Vec<String>,
 }
 
-/// Starts the side tasks; they run until stopped (SIGTERM), pacing themselves by the grants.
+/// Starts the side tasks, `per_gpu` on every GPU of the job, each with the view of its GPU the
+/// job's processes there have (`CUDA_VISIBLE_DEVICES`, device ordinal) and its node's session
+/// directory; they run until stopped (SIGTERM), pacing themselves by the grants.
 fn start_sidetasks(
     spec: &SideTasks,
-    gpus: u32,
-    session: &Path,
+    topo: &Topology,
+    sessions: &[PathBuf],
     sim_dir: &Path,
     truth: &Path,
 ) -> Result<Vec<std::process::Child>, String> {
@@ -106,31 +113,37 @@ fn start_sidetasks(
         ld.push(old);
     }
     let mut children = vec![];
-    for d in 0..gpus {
+    for d in 0..topo.world() {
+        let (view, ordinal) = pipesim::placement::gpu_env(topo, d, sessions);
         for k in 0..spec.per_gpu {
-            let child = Command::new(&exe)
-                .args([
-                    "--device",
-                    &d.to_string(),
-                    "--steps",
-                    "1000000000",
-                    "--name",
-                ])
-                .arg(format!("{}-gpu{d}-{k}", spec.kind))
-                .args(&spec.args)
-                .args(if spec.mode == SideMode::Naive {
-                    &["--standalone"][..]
-                } else {
-                    &[][..]
-                })
-                .env(env::DIR, session)
-                .env("FREERIDE_SIM_DIR", sim_dir)
-                .env("FREERIDE_SIM_TRACE", truth)
-                .env("LD_LIBRARY_PATH", &ld)
-                .env_remove("LD_PRELOAD")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
+            let mut cmd = Command::new(&exe);
+            cmd.args([
+                "--device",
+                &ordinal.to_string(),
+                "--steps",
+                "1000000000",
+                "--name",
+            ])
+            .arg(format!("{}-gpu{d}-{k}", spec.kind))
+            .args(&spec.args)
+            .args(if spec.mode == SideMode::Naive {
+                &["--standalone"][..]
+            } else {
+                &[][..]
+            })
+            .env(env::DIR, &sessions[0])
+            .env("FREERIDE_SIM_DIR", sim_dir)
+            .env("FREERIDE_SIM_TRACE", truth)
+            .env("LD_LIBRARY_PATH", &ld)
+            .env_remove("LD_PRELOAD")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+            for k in &view.remove {
+                cmd.env_remove(k);
+            }
+            cmd.envs(view.set.iter().map(|(k, v)| (k, v)));
+            let child = cmd
                 .spawn()
                 .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
             children.push(child);
@@ -366,21 +379,23 @@ pub fn agent_loop(dir: &Path, stop: &AtomicBool, grants: Option<GrantPolicy>) ->
     }
 }
 
-/// Runs pipesim for `job` under freeride with an agent; returns the truth and what the agent saw.
-/// `progress`: pipesim's progress lines go to our stderr.
+/// Runs pipesim for `job` under freeride with one agent per node; returns the truth and what the
+/// agents saw. `progress`: pipesim's progress lines go to our stderr.
 pub fn run(
     job: &JobArgs,
     sidetasks: Option<&SideTasks>,
     progress: bool,
 ) -> Result<SimResult, String> {
-    job.to_config()?;
+    let cfg = job.to_config()?;
+    let topo = cfg.topology();
     let lib = sibling("libfreeride.so")?;
     let pipesim = sibling("pipesim")?;
-    let session = ScratchDir::new("session")?;
+    let nodes = crate::sim_nodes::Nodes::new(topo.nodes)?;
+    let sessions = nodes.dirs();
     let sim_dir = ScratchDir::new("gpu")?;
     let truth_path = sim_dir.0.join("truth.jsonl");
     let mut side = match sidetasks {
-        Some(spec) => start_sidetasks(spec, job.stages, &session.0, &sim_dir.0, &truth_path)?,
+        Some(spec) => start_sidetasks(spec, &topo, &sessions, &sim_dir.0, &truth_path)?,
         None => vec![],
     };
     let grants = match sidetasks.map(|s| s.mode) {
@@ -391,18 +406,11 @@ pub fn run(
         }),
         _ => Some(GrantPolicy::default()),
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    let agent = {
-        let (dir, stop) = (session.0.clone(), stop.clone());
-        std::thread::Builder::new()
-            .name("freeride-agent".into())
-            .spawn(move || agent_loop(&dir, &stop, grants))
-    };
-    let agent = match agent {
+    let agents = match crate::sim_nodes::Agents::start(&sessions, grants) {
         Ok(a) => a,
         Err(e) => {
             stop_sidetasks(&mut side);
-            return Err(format!("cannot start the agent thread: {e}"));
+            return Err(e);
         }
     };
     let sidetask_pids: Vec<u32> = side.iter().map(|c| c.id()).collect();
@@ -412,7 +420,7 @@ pub fn run(
         .arg(&truth_path)
         .env("LD_PRELOAD", &lib)
         .env(env::ROLE, "trainer")
-        .env(env::DIR, &session.0)
+        .env(env::DIR, &sessions[0])
         .env("FREERIDE_SIM_DIR", &sim_dir.0)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -421,26 +429,32 @@ pub fn run(
         } else {
             Stdio::piped()
         });
+    if sessions.len() > 1 {
+        let dirs: Vec<String> = sessions.iter().map(|d| d.display().to_string()).collect();
+        cmd.arg("--node-session-dirs").arg(dirs.join(","));
+    }
     let out = cmd
         .output()
         .map_err(|e| format!("cannot start {}: {e}", pipesim.display()));
     stop_sidetasks(&mut side);
-    stop.store(true, Ordering::Release);
-    let run = agent.join().map_err(|_| "the agent thread panicked")?;
+    let (run, per_node) = agents.stop()?;
     let out = out?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         return Err(format!("pipesim failed ({}): {}", out.status, err.trim()));
     }
-    let (records, bad) =
-        truth::read_trace(&truth_path).map_err(|e| format!("reading the ground truth: {e}"))?;
-    if bad > 0 {
-        return Err(format!("{bad} unreadable lines in the ground truth"));
+    let trace =
+        truth::Trace::read(&truth_path).map_err(|e| format!("reading the ground truth: {e}"))?;
+    if trace.bad > 0 {
+        return Err(format!(
+            "{} unreadable lines in the ground truth",
+            trace.bad
+        ));
     }
-    let truth = truth::analyze(&records, job.stages, None)?;
+    let truth = truth::analyze_trace(&trace, topo.world(), None)?;
     Ok(SimResult {
         truth,
-        kernels: records,
+        kernels: trace.kernels,
         sidetask_pids,
         bubbles: run.bubbles,
         events: run.events,
@@ -448,6 +462,9 @@ pub fn run(
         agent_cpu_ns: run.cpu_ns,
         agent_wall_ns: run.wall_ns,
         warnings: run.warnings,
+        nodes: topo.nodes,
+        ranks_per_node: topo.gpus_per_node(),
+        per_node,
     })
 }
 
@@ -600,10 +617,11 @@ pub fn harvest(r: &SimResult) -> Harvest {
     };
     let (mut inside, mut idle, mut busy, mut window) = (0u64, 0u64, 0u64, 0u64);
     for (rank, _) in r.truth.pids.iter().enumerate() {
+        let gpu = r.truth.devices.get(rank).copied().unwrap_or(rank as u32);
         let side = merge(
             r.kernels
                 .iter()
-                .filter(|k| k.device as usize == rank && r.sidetask_pids.contains(&k.pid))
+                .filter(|k| k.device == gpu && r.sidetask_pids.contains(&k.pid))
                 .map(|k| (k.start_ns, k.end_ns))
                 .collect(),
         );

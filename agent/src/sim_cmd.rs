@@ -46,9 +46,14 @@ pub fn main(a: SimArgs) -> i32 {
             1
         }
     };
-    if let Err(e) = a.job.to_config() {
-        return fail(e);
-    }
+    // A job that cannot run (bad flags, a wrong CSV, a deadlock) is a usage error.
+    let cfg = match a.job.to_config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("freeride sim: {e}");
+            return 2;
+        }
+    };
     if let Err(e) = sim::ensure_testbed_built() {
         return fail(e);
     }
@@ -98,13 +103,21 @@ pub fn main(a: SimArgs) -> i32 {
     let s = sim::score(&res, a.job.change_at);
     let (lat50, lat99) = p50_p99(&s.detect_latency_us);
     let (err50, err99) = p50_p99(&s.predicted_end_error_us);
-    let cfg = a.job.to_config().expect("checked by sim::run");
+    let topo = cfg.topology();
     let report = json!({
         "schedule": a.job.schedule_name(),
-        "stages": a.job.stages,
-        "microbatches": a.job.microbatches,
+        "stages": cfg.shape.stages,
+        "microbatches": cfg.shape.microbatches,
         "chunks": cfg.shape.chunks,
         "style": a.job.style_name(),
+        "tp": topo.tp,
+        "dp": topo.dp,
+        "world": topo.world(),
+        "nodes": topo.nodes,
+        "visible_devices": match topo.visible {
+            pipesim::topology::Visible::All => "all",
+            pipesim::topology::Visible::PerRank => "per-rank",
+        },
         "iterations": a.job.iterations,
         "scored_iterations": s.scored_iterations,
         "truth": { "iteration_ms": r(s.iteration_ms, 3), "bubble_fraction": r(s.bubble_fraction, 4) },
@@ -127,9 +140,24 @@ pub fn main(a: SimArgs) -> i32 {
             "dropped": res.dropped,
             "cpu_ms": r(res.agent_cpu_ns as f64 / 1e6, 1),
             "cpu_share": r(res.agent_cpu_ns as f64 / res.agent_wall_ns.max(1) as f64, 4),
+            "per_node": res.per_node.iter().map(|&(events, bubbles)| json!({"events": events, "bubbles": bubbles})).collect::<Vec<_>>(),
         },
     });
     let mut report = report;
+    report["per_gpu"] = freeride_agent::sim_gpus::per_gpu(&res)
+        .iter()
+        .map(|g| {
+            let mut v = json!({
+                "rank": g.rank, "pid": g.pid, "device": g.device, "bus_id": g.bus_id,
+                "node": g.node, "idle_fraction": r(g.idle_fraction, 4),
+                "precision": r(g.precision, 4), "recall": r(g.recall, 4),
+            });
+            if side.is_some() {
+                v["bubble_busy_ratio"] = r(g.bubble_busy_ratio, 4);
+            }
+            v
+        })
+        .collect();
     if let (Some(spec), Some(base)) = (&side, baseline) {
         let h = sim::harvest(&res);
         report["harvest"] = json!({
@@ -159,10 +187,12 @@ pub fn main(a: SimArgs) -> i32 {
         println!("{report}");
     } else {
         println!(
-            "{} p={} m={}: iteration {:.1} ms, bubbles {:.1}% of GPU time; agent precision {:.3}, recall {:.3} (live {:.3} / {:.3}), detection p50 {:.0} us",
+            "{} p={} m={} tp={} dp={}: iteration {:.1} ms, bubbles {:.1}% of GPU time; agent precision {:.3}, recall {:.3} (live {:.3} / {:.3}), detection p50 {:.0} us",
             a.job.schedule_name(),
-            a.job.stages,
-            a.job.microbatches,
+            cfg.shape.stages,
+            cfg.shape.microbatches,
+            topo.tp,
+            topo.dp,
             s.iteration_ms,
             s.bubble_fraction * 100.0,
             s.inferred.precision(),

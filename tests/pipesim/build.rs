@@ -17,6 +17,7 @@ const CUDART: &[&str] = &[
     "cudaDeviceSynchronize",
     "cudaStreamSynchronize",
     "cudaGetErrorString",
+    "cudaDeviceGetPCIBusId",
     "cudaFree",
     "__cudaRegisterFatBinary",
     "__cudaRegisterFatBinaryEnd",
@@ -44,7 +45,10 @@ const NCCL: &[&str] = &[
     "ncclSend",
     "ncclRecv",
     "ncclAllReduce",
+    "ncclAllGather",
+    "ncclReduceScatter",
     "ncclGetErrorString",
+    "ncclCommCount",
 ];
 
 fn run(mut cmd: Command) {

@@ -19,6 +19,11 @@ ncclResult_t ncclSend(const void *buf, size_t count, int datatype, int peer, ncc
 ncclResult_t ncclRecv(void *buf, size_t count, int datatype, int peer, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclAllReduce(const void *sendbuf, void *recvbuf, size_t count, int datatype, int op, ncclComm_t comm,
                            cudaStream_t stream);
+ncclResult_t ncclAllGather(const void *sendbuf, void *recvbuf, size_t sendcount, int datatype, ncclComm_t comm,
+                           cudaStream_t stream);
+ncclResult_t ncclReduceScatter(const void *sendbuf, void *recvbuf, size_t recvcount, int datatype, int op,
+                               ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclCommCount(const ncclComm_t comm, int *count);
 const char *ncclGetErrorString(ncclResult_t r);
 
 enum { ncclUint8 = 1, ncclFloat32 = 7, ncclSum = 0 };
@@ -56,6 +61,24 @@ int pc_recv(void *comm, int peer, size_t bytes, void *stream) {
 
 int pc_all_reduce(void *comm, size_t bytes, void *stream) {
   return ncclAllReduce(dummy_buffer, dummy_buffer, bytes / 4, ncclFloat32, ncclSum, (ncclComm_t)comm, stream);
+}
+
+/* All-gather and reduce-scatter of a `bytes` buffer (the whole, gathered one): each rank
+ * contributes (all-gather) or keeps (reduce-scatter) bytes / nranks. */
+static size_t share(void *comm, size_t bytes) {
+  int n = 1;
+  if (ncclCommCount((ncclComm_t)comm, &n) != 0 || n < 1) n = 1;
+  size_t count = bytes / 4 / (size_t)n;
+  return count > 0 ? count : 1;
+}
+
+int pc_all_gather(void *comm, size_t bytes, void *stream) {
+  return ncclAllGather(dummy_buffer, dummy_buffer, share(comm, bytes), ncclFloat32, (ncclComm_t)comm, stream);
+}
+
+int pc_reduce_scatter(void *comm, size_t bytes, void *stream) {
+  return ncclReduceScatter(dummy_buffer, dummy_buffer, share(comm, bytes), ncclFloat32, ncclSum, (ncclComm_t)comm,
+                           stream);
 }
 
 const char *pc_error_string(int r) { return ncclGetErrorString(r); }

@@ -20,6 +20,8 @@ pub enum Schedule {
     /// ZB-H1 (zero bubble, 1F1B memory): backward split into B (input gradient, sent upstream at
     /// once) and W (weight gradient, deferred to fill the cool-down).
     Zbh1,
+    /// A `compute_comms` CSV (`JobConfig::csv` has it): no built-in plan.
+    Csv,
 }
 
 impl Schedule {
@@ -30,6 +32,7 @@ impl Schedule {
             Schedule::OneFOneB => "1f1b",
             Schedule::Interleaved => "interleaved",
             Schedule::Zbh1 => "zbh1",
+            Schedule::Csv => "csv",
         }
     }
 
@@ -40,6 +43,7 @@ impl Schedule {
             "1f1b" => Some(Schedule::OneFOneB),
             "interleaved" => Some(Schedule::Interleaved),
             "zbh1" => Some(Schedule::Zbh1),
+            "csv" => Some(Schedule::Csv),
             _ => None,
         }
     }
@@ -164,6 +168,7 @@ impl Shape {
             return Err("--chunks must be at least 1".into());
         }
         match self.schedule {
+            Schedule::Csv => {}
             Schedule::Interleaved => {
                 if v < 2 {
                     return Err("interleaved needs --chunks >= 2".into());
@@ -282,12 +287,16 @@ impl Shape {
     /// Builds every rank's op list.
     pub fn plan(&self) -> Result<Plan, String> {
         self.validate()?;
+        if self.schedule == Schedule::Csv {
+            return Err("a CSV schedule has no built-in plan".into());
+        }
         let ranks = (0..self.stages)
             .map(|r| match self.schedule {
                 Schedule::Gpipe => self.gpipe(r),
                 Schedule::OneFOneB => self.one_f_one_b(r),
                 Schedule::Interleaved => self.interleaved(r),
                 Schedule::Zbh1 => self.zbh1(r),
+                Schedule::Csv => unreachable!("refused above"),
             })
             .collect();
         Ok(Plan {

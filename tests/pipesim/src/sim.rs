@@ -105,6 +105,87 @@ pub fn closed_form_idle_ns(plan: &Plan) -> u64 {
             p1 * (s.f_ns + s.b_ns + s.w_ns) / u64::from(s.chunks)
         }
         crate::schedule::Schedule::Zbh1 => p1 * (s.f_ns + s.b_ns).saturating_sub(s.w_ns),
+        crate::schedule::Schedule::Csv => 0,
+    }
+}
+
+/// A 1F1B pipeline with tensor and data parallelism (the shape of `crate::lower`'s programs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThreeD {
+    pub p: u64,
+    pub m: u64,
+    pub f_ns: u64,
+    pub b_ns: u64,
+    pub w_ns: u64,
+    /// Layers per stage.
+    pub layers: u64,
+    /// Tensor parallel (more than one process per stage).
+    pub tp: bool,
+    pub sequence_parallel: bool,
+    /// Transfer time of one tensor-parallel collective.
+    pub tp_comm_ns: u64,
+    /// Data parallel (more than one replica).
+    pub dp: bool,
+    pub buckets: u64,
+    /// Transfer time of a stage's whole gradient reduction (all buckets).
+    pub dp_comm_ns: u64,
+    pub distributed_optimizer: bool,
+    /// Transfer time of the loss all-reduce.
+    pub loss_ns: u64,
+}
+
+/// What [`closed_form_3d`] gives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThreeDTiming {
+    pub iteration_ns: u64,
+    /// Idle per rank, a transfer counted as busy (the truth's definition).
+    pub idle_ns: u64,
+    /// Idle per rank when transfers are not told apart from waits (iteration minus compute).
+    pub idle_without_transfers_ns: u64,
+}
+
+/// The closed form of 1F1B with tensor and data parallelism and their communication, with zero
+/// point-to-point time. Per micro-batch on a stage (2L blocks, c = `tp_comm_ns`, b = B/2L,
+/// w = W/2L):
+/// * forward F' = F + 2L c (sequence parallel: + 4L c), the collectives synchronous;
+/// * backward B' = 2L (b + max(w, c)) (sequence parallel: 2L (max(b, c) + max(w, c))): the
+///   input gradient's collective overlaps the weight-gradient kernels (and the all-gather the
+///   input-gradient ones); B' = B + W without tensor parallelism.
+///
+/// The pipeline then takes (m + p - 1)(F' + B'); the data-parallel buckets (c_b = `dp_comm_ns` /
+/// K each) overlap the last backward but for the last one, c_b; the distributed optimizer adds
+/// its K parameter all-gathers (K c_b) after the step; the loss all-reduce adds `loss_ns`:
+/// iteration = (m + p - 1)(F' + B') + c_b + [K c_b] + loss. Every rank is busy m(F' + B') plus
+/// those transfers, so idle per rank = (p - 1)(F' + B'), the closed form of 1F1B with the
+/// communication inside F' and B'. (Assumes the buckets do not queue up: c_b at most the
+/// backward time of the 2L/K blocks between two buckets.)
+pub fn closed_form_3d(x: &ThreeD) -> ThreeDTiming {
+    let nb = 2 * x.layers;
+    let c = if x.tp { x.tp_comm_ns } else { 0 };
+    let (b, w) = (x.b_ns / nb, x.w_ns / nb);
+    let f1 = x.f_ns + nb * c * if x.sequence_parallel { 2 } else { 1 };
+    let b1 = if !x.tp {
+        x.b_ns + x.w_ns
+    } else if x.sequence_parallel {
+        nb * (b.max(c) + w.max(c))
+    } else {
+        nb * (b + w.max(c))
+    };
+    let cb = if x.dp {
+        x.dp_comm_ns / x.buckets.max(1)
+    } else {
+        0
+    };
+    let ag = if x.dp && x.distributed_optimizer {
+        x.buckets * cb
+    } else {
+        0
+    };
+    let iteration_ns = (x.m + x.p - 1) * (f1 + b1) + cb + ag + x.loss_ns;
+    ThreeDTiming {
+        iteration_ns,
+        idle_ns: (x.p - 1) * (f1 + b1),
+        idle_without_transfers_ns: iteration_ns - x.m * (x.f_ns + x.b_ns + x.w_ns),
     }
 }
 

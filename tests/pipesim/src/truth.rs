@@ -2,13 +2,20 @@
 //! line per kernel execution).
 //!
 //! Conventions (pipesim's, usable by any tool that scores against a run):
-//! * rank r runs on device r; its process ("trainer pid") is the pid that ran the most
-//!   [`ITERATION_MARKER`] kernels on that device (side tasks on the same GPU are other pids);
-//! * every iteration ends with an all-reduce on all ranks: the k-th [`ITERATION_MARKER`] kernel of
-//!   each rank. Iteration k's window is [max over ranks of the (k-1)-th marker's end, max over ranks
-//!   of the k-th marker's end]; iteration 0 starts at the first kernel of any trainer;
-//! * a rank is busy while a compute kernel (`kind == "compute"`) of its trainer pid runs on its
-//!   device; the rest of the window is idle.
+//! * each rank is one process ("trainer pid") on one physical GPU (the `device` of its kernel
+//!   lines, named by `bus_id`); the pid of a rank comes from the stage's mark lines (or is
+//!   given); its GPU is the device its kernels ran on; side tasks on the same GPU are other pids;
+//! * iterations: every stage appends a mark line at the end of each iteration
+//!   (`{"mark":"iteration","pid","rank","bus_id","iteration","t_ns"}`, written after the host
+//!   returned from the iteration's synchronize): rank r's iteration k ends at the latest end of
+//!   its kernels queued (`queued_ns`) before its k-th mark. Iteration k's window is [the latest
+//!   rank's end of iteration k-1, the latest rank's end of iteration k]; iteration 0 starts at
+//!   the first kernel of any trainer. A trace without marks (an older one) uses the old rule:
+//!   the k-th [`ITERATION_MARKER`] kernel of each rank ends iteration k;
+//! * a rank is busy while a compute kernel of its pid runs on its GPU or one of its
+//!   communication kernels transfers (from `transfer_start_ns` to `end_ns`; a line without
+//!   `transfer_start_ns` transfers for 0 ns); the rest of the window is idle (no kernel running,
+//!   or only communication kernels waiting for their peers).
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;
@@ -19,7 +26,11 @@ pub const ITERATION_MARKER: &str = "ncclDevKernel_AllReduce";
 /// One line of the trace (fields the analysis needs; others are ignored).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KernelRecord {
+    /// The physical GPU.
     pub device: u32,
+    /// Its PCI bus id (absent in older traces).
+    #[serde(default)]
+    pub bus_id: String,
     pub pid: u32,
     #[serde(default)]
     pub stream: u64,
@@ -33,6 +44,9 @@ pub struct KernelRecord {
     pub queued_ns: u64,
     pub start_ns: u64,
     pub end_ns: u64,
+    /// A communication kernel: when its transfer began (it waited for its peer before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer_start_ns: Option<u64>,
 }
 
 impl KernelRecord {
@@ -40,29 +54,70 @@ impl KernelRecord {
     pub fn is_compute(&self) -> bool {
         self.kind == "compute"
     }
+
+    /// When the kernel keeps its GPU busy: a compute kernel throughout, a communication kernel
+    /// while it transfers.
+    pub fn busy_span(&self) -> Option<(u64, u64)> {
+        if self.is_compute() {
+            return Some((self.start_ns, self.end_ns));
+        }
+        self.transfer_start_ns
+            .map(|t| (t.max(self.start_ns), self.end_ns))
+            .filter(|(a, b)| a < b)
+    }
 }
 
-/// Reads a trace; lines that do not parse are counted, not fatal.
-pub fn read_trace(path: &Path) -> std::io::Result<(Vec<KernelRecord>, usize)> {
-    let text = std::fs::read_to_string(path)?;
-    Ok(parse_trace(&text))
+/// A stage's mark at the end of an iteration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MarkRecord {
+    pub mark: String,
+    pub pid: u32,
+    pub rank: u32,
+    #[serde(default)]
+    pub bus_id: String,
+    pub iteration: u32,
+    pub t_ns: u64,
 }
 
-/// Parses trace text: (records, lines that did not parse).
-pub fn parse_trace(text: &str) -> (Vec<KernelRecord>, usize) {
-    let mut bad = 0;
-    let recs = text
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .filter_map(|l| match serde_json::from_str::<KernelRecord>(l) {
-            Ok(r) => Some(r),
-            Err(_) => {
-                bad += 1;
-                None
+/// Everything in a trace.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Trace {
+    pub kernels: Vec<KernelRecord>,
+    pub marks: Vec<MarkRecord>,
+    /// Lines that are neither.
+    pub bad: usize,
+}
+
+impl Trace {
+    pub fn read(path: &Path) -> std::io::Result<Trace> {
+        Ok(Trace::parse(&std::fs::read_to_string(path)?))
+    }
+
+    pub fn parse(text: &str) -> Trace {
+        let mut t = Trace::default();
+        for l in text.lines().filter(|l| !l.trim().is_empty()) {
+            if let Ok(k) = serde_json::from_str::<KernelRecord>(l) {
+                t.kernels.push(k);
+            } else if let Ok(m) = serde_json::from_str::<MarkRecord>(l) {
+                t.marks.push(m);
+            } else {
+                t.bad += 1;
             }
-        })
-        .collect();
-    (recs, bad)
+        }
+        t
+    }
+}
+
+/// Reads a trace's kernels; lines that are neither kernels nor marks are counted, not fatal.
+pub fn read_trace(path: &Path) -> std::io::Result<(Vec<KernelRecord>, usize)> {
+    let t = Trace::read(path)?;
+    Ok((t.kernels, t.bad))
+}
+
+/// Parses trace text: (kernels, lines that are neither kernels nor marks).
+pub fn parse_trace(text: &str) -> (Vec<KernelRecord>, usize) {
+    let t = Trace::parse(text);
+    (t.kernels, t.bad)
 }
 
 /// One rank in one iteration.
@@ -90,6 +145,12 @@ pub struct Iteration {
 pub struct Truth {
     /// Trainer pid of each rank.
     pub pids: Vec<u32>,
+    /// Physical GPU of each rank.
+    #[serde(default)]
+    pub devices: Vec<u32>,
+    /// PCI bus id of each rank's GPU.
+    #[serde(default)]
+    pub bus_ids: Vec<String>,
     pub iterations: Vec<Iteration>,
 }
 
@@ -123,7 +184,8 @@ pub fn trainer_pids(records: &[KernelRecord], ranks: u32) -> Result<Vec<u32>, St
         .collect()
 }
 
-/// Splits the run into iterations and measures every rank's idle time and intervals.
+/// Splits the run into iterations with the legacy rule (the k-th [`ITERATION_MARKER`] of each
+/// rank; rank r on device r) and measures every rank's idle time and intervals.
 /// `pids`: the trainer pid per rank, or None to find them from the trace.
 pub fn analyze(
     records: &[KernelRecord],
@@ -135,48 +197,135 @@ pub fn analyze(
         Some(p) => return Err(format!("{} pids given for {ranks} ranks", p.len())),
         None => trainer_pids(records, ranks)?,
     };
-    let mine = |r: usize, k: &KernelRecord| k.device == r as u32 && k.pid == pids[r];
-    let mut markers: Vec<Vec<u64>> = Vec::new();
-    let mut busy: Vec<Vec<(u64, u64)>> = Vec::new();
-    for r in 0..ranks as usize {
-        let mut m: Vec<u64> = records
-            .iter()
-            .filter(|k| mine(r, k) && k.kernel == ITERATION_MARKER)
-            .map(|k| k.end_ns)
-            .collect();
-        m.sort_unstable();
-        markers.push(m);
-        busy.push(merge(
-            records
+    let devices: Vec<u32> = (0..ranks).collect();
+    let ends: Vec<Vec<u64>> = (0..ranks as usize)
+        .map(|r| {
+            let mut m: Vec<u64> = records
                 .iter()
-                .filter(|k| mine(r, k) && k.is_compute())
-                .map(|k| (k.start_ns, k.end_ns))
-                .collect(),
-        ));
+                .filter(|k| {
+                    k.device == devices[r] && k.pid == pids[r] && k.kernel == ITERATION_MARKER
+                })
+                .map(|k| k.end_ns)
+                .collect();
+            m.sort_unstable();
+            m
+        })
+        .collect();
+    windows(records, pids, devices, ends)
+}
+
+/// The truth of a run (see the module docs): marks when the trace has them, the legacy rule
+/// otherwise. `pids`: the trainer pid per rank, or None to take them from the marks.
+pub fn analyze_trace(trace: &Trace, ranks: u32, pids: Option<Vec<u32>>) -> Result<Truth, String> {
+    if trace.marks.is_empty() {
+        return analyze(&trace.kernels, ranks, pids);
     }
-    let n_iter = markers.iter().map(Vec::len).min().unwrap_or(0);
-    if markers.iter().any(|m| m.len() != n_iter) {
-        let counts: Vec<usize> = markers.iter().map(Vec::len).collect();
+    let pids = match pids {
+        Some(p) if p.len() == ranks as usize => p,
+        Some(p) => return Err(format!("{} pids given for {ranks} ranks", p.len())),
+        None => (0..ranks)
+            .map(|r| {
+                trace
+                    .marks
+                    .iter()
+                    .find(|m| m.rank == r)
+                    .map(|m| m.pid)
+                    .ok_or_else(|| format!("no mark of rank {r} in the trace"))
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let devices: Vec<u32> = pids
+        .iter()
+        .enumerate()
+        .map(|(r, &pid)| {
+            let mut count: HashMap<u32, usize> = HashMap::new();
+            for k in trace.kernels.iter().filter(|k| k.pid == pid) {
+                *count.entry(k.device).or_default() += 1;
+            }
+            count
+                .into_iter()
+                .max_by_key(|&(d, n)| (n, std::cmp::Reverse(d)))
+                .map(|(d, _)| d)
+                .ok_or_else(|| format!("rank {r} (pid {pid}) ran no kernel"))
+        })
+        .collect::<Result<_, _>>()?;
+    let ends: Vec<Vec<u64>> = (0..ranks as usize)
+        .map(|r| {
+            let mut marks: Vec<&MarkRecord> =
+                trace.marks.iter().filter(|m| m.pid == pids[r]).collect();
+            marks.sort_by_key(|m| m.iteration);
+            let mine: Vec<&KernelRecord> = trace
+                .kernels
+                .iter()
+                .filter(|k| k.pid == pids[r] && k.device == devices[r])
+                .collect();
+            marks
+                .iter()
+                .map(|m| {
+                    mine.iter()
+                        .filter(|k| k.queued_ns <= m.t_ns)
+                        .map(|k| k.end_ns)
+                        .max()
+                        .unwrap_or(0)
+                })
+                .collect()
+        })
+        .collect();
+    let mut t = windows(&trace.kernels, pids, devices, ends)?;
+    t.bus_ids = t
+        .pids
+        .iter()
+        .zip(&t.devices)
+        .map(|(&pid, &d)| {
+            trace
+                .kernels
+                .iter()
+                .find(|k| k.pid == pid && k.device == d)
+                .map(|k| k.bus_id.clone())
+                .unwrap_or_default()
+        })
+        .collect();
+    Ok(t)
+}
+
+/// Iteration windows from each rank's iteration ends, and every rank's busy and idle time in them.
+fn windows(
+    records: &[KernelRecord],
+    pids: Vec<u32>,
+    devices: Vec<u32>,
+    ends: Vec<Vec<u64>>,
+) -> Result<Truth, String> {
+    let ranks = pids.len();
+    let mine = |r: usize, k: &KernelRecord| k.device == devices[r] && k.pid == pids[r];
+    let busy: Vec<Vec<(u64, u64)>> = (0..ranks)
+        .map(|r| {
+            merge(
+                records
+                    .iter()
+                    .filter(|k| mine(r, k))
+                    .filter_map(KernelRecord::busy_span)
+                    .collect(),
+            )
+        })
+        .collect();
+    let n_iter = ends.iter().map(Vec::len).min().unwrap_or(0);
+    if ends.iter().any(|m| m.len() != n_iter) {
+        let counts: Vec<usize> = ends.iter().map(Vec::len).collect();
         return Err(format!(
             "ranks ended different numbers of iterations: {counts:?}"
         ));
     }
     let first = records
         .iter()
-        .filter(|k| (0..ranks as usize).any(|r| mine(r, k)))
+        .filter(|k| (0..ranks).any(|r| mine(r, k)))
         .map(|k| k.start_ns)
         .min()
         .unwrap_or(0);
     let mut iterations = Vec::new();
     let mut start = first;
     for k in 0..n_iter {
-        let end = markers
-            .iter()
-            .map(|m| m[k])
-            .max()
-            .unwrap_or(start)
-            .max(start);
-        let ranks_w = (0..ranks as usize)
+        let end = ends.iter().map(|m| m[k]).max().unwrap_or(start).max(start);
+        let ranks_w = (0..ranks)
             .map(|r| {
                 let idle = gaps(&busy[r], start, end);
                 let idle_ns: u64 = idle.iter().map(|(a, b)| b - a).sum();
@@ -197,7 +346,12 @@ pub fn analyze(
         });
         start = end;
     }
-    Ok(Truth { pids, iterations })
+    Ok(Truth {
+        pids,
+        devices,
+        bus_ids: vec![],
+        iterations,
+    })
 }
 
 impl Truth {
@@ -275,6 +429,7 @@ mod tests {
     fn k(device: u32, pid: u32, kernel: &str, kind: &str, s: u64, e: u64) -> KernelRecord {
         KernelRecord {
             device,
+            bus_id: String::new(),
             pid,
             stream: 0,
             kernel: kernel.into(),
@@ -284,6 +439,7 @@ mod tests {
             queued_ns: s,
             start_ns: s,
             end_ns: e,
+            transfer_start_ns: None,
         }
     }
 
@@ -318,9 +474,66 @@ mod tests {
         assert!((s.idle_fraction - (70.0 / 2.0 / 60.0)).abs() < 1e-12);
     }
 
+    fn mark(pid: u32, rank: u32, iteration: u32, t_ns: u64) -> MarkRecord {
+        MarkRecord {
+            mark: "iteration".into(),
+            pid,
+            rank,
+            bus_id: String::new(),
+            iteration,
+            t_ns,
+        }
+    }
+
+    /// Iterations cut by the marks (kernels queued before a rank's k-th mark end its iteration
+    /// k), on each rank's own GPU whatever its number; transfers count as busy.
+    #[test]
+    fn marks_cut_iterations_and_transfers_are_busy() {
+        let q = |mut k: KernelRecord, queued: u64| {
+            k.queued_ns = queued;
+            k
+        };
+        let mut comm = k(7, 11, "ncclDevKernel_SendRecv", "comm", 10, 40);
+        comm.transfer_start_ns = Some(30);
+        let kernels = vec![
+            q(k(3, 10, "f", "compute", 0, 10), 0),
+            q(k(3, 10, "f", "compute", 20, 50), 1),
+            q(k(3, 99, "side", "compute", 10, 20), 1),
+            q(comm, 2),
+            q(k(7, 11, "f", "compute", 40, 45), 2),
+            // Iteration 1: queued after the marks at 5 and 6.
+            q(k(3, 10, "f", "compute", 50, 60), 8),
+            q(k(7, 11, "f", "compute", 60, 90), 9),
+        ];
+        let trace = Trace {
+            kernels,
+            marks: vec![
+                mark(10, 0, 0, 5),
+                mark(11, 1, 0, 6),
+                mark(10, 0, 1, 100),
+                mark(11, 1, 1, 100),
+            ],
+            bad: 0,
+        };
+        let t = analyze_trace(&trace, 2, None).unwrap();
+        assert_eq!(
+            (t.pids.clone(), t.devices.clone()),
+            (vec![10, 11], vec![3, 7])
+        );
+        let i0 = &t.iterations[0];
+        assert_eq!((i0.start_ns, i0.end_ns), (0, 50));
+        assert_eq!(i0.ranks[0].idle_intervals, vec![(10, 20)]);
+        // Rank 1: idle until its transfer starts at 30 (waiting at 10..30), then busy to 45.
+        assert_eq!(i0.ranks[1].idle_intervals, vec![(0, 30), (45, 50)]);
+        let i1 = &t.iterations[1];
+        assert_eq!((i1.start_ns, i1.end_ns), (50, 90));
+        assert_eq!(i1.ranks[0].idle_ns, 30);
+        assert_eq!(i1.ranks[1].idle_intervals, vec![(50, 60)]);
+    }
+
     #[test]
     fn bad_lines_are_counted() {
-        let (r, bad) = parse_trace("{\"device\":0}\nnot json\n\n{\"device\":0,\"pid\":1,\"kernel\":\"a\",\"kind\":\"comm\",\"start_ns\":1,\"end_ns\":2,\"extra\":1}\n");
+        let (r, bad) = parse_trace("{\"device\":0}\nnot json\n\n{\"device\":0,\"pid\":1,\"kernel\":\"a\",\"kind\":\"comm\",\"start_ns\":1,\"end_ns\":2,\"extra\":1}\n{\"mark\":\"iteration\",\"pid\":1,\"rank\":0,\"iteration\":0,\"t_ns\":3}\n");
         assert_eq!((r.len(), bad), (1, 2));
     }
 

@@ -1,6 +1,7 @@
 //! NCCL, reached as PyTorch reaches it: through a library (`libpipecomm.so`, DT_NEEDED
 //! libnccl.so.2) that the stage opens with `dlopen(RTLD_NOW | RTLD_LOCAL)`, so NCCL's symbols are
 //! not in the global scope. Unique ids travel through files in the job folder (the "store").
+use pipesim::program::CollKind;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -24,6 +25,8 @@ pub struct PipeComm {
     send: P2p,
     recv: P2p,
     all_reduce: AllReduce,
+    all_gather: AllReduce,
+    reduce_scatter: AllReduce,
     err_str: ErrStr,
 }
 
@@ -69,6 +72,8 @@ impl PipeComm {
                 send: t::<*mut c_void, P2p>(sym(c"pc_send")?),
                 recv: t::<*mut c_void, P2p>(sym(c"pc_recv")?),
                 all_reduce: t::<*mut c_void, AllReduce>(sym(c"pc_all_reduce")?),
+                all_gather: t::<*mut c_void, AllReduce>(sym(c"pc_all_gather")?),
+                reduce_scatter: t::<*mut c_void, AllReduce>(sym(c"pc_reduce_scatter")?),
                 err_str: t::<*mut c_void, ErrStr>(sym(c"pc_error_string")?),
             })
         }
@@ -185,10 +190,20 @@ impl PipeComm {
         })
     }
 
-    pub fn all_reduce(&self, c: Comm, bytes: u64, stream: *mut c_void) -> Result<(), String> {
+    /// A collective of `kind` on a `bytes` buffer (the whole one).
+    pub fn collective(
+        &self,
+        kind: CollKind,
+        c: Comm,
+        bytes: u64,
+        stream: *mut c_void,
+    ) -> Result<(), String> {
+        let (name, f) = match kind {
+            CollKind::AllReduce => ("ncclAllReduce", self.all_reduce),
+            CollKind::AllGather => ("ncclAllGather", self.all_gather),
+            CollKind::ReduceScatter => ("ncclReduceScatter", self.reduce_scatter),
+        };
         // SAFETY: as in send.
-        self.check("ncclAllReduce", unsafe {
-            (self.all_reduce)(c.0, bytes as usize, stream)
-        })
+        self.check(name, unsafe { f(c.0, bytes as usize, stream) })
     }
 }

@@ -43,6 +43,7 @@ extern "C" {
     pub fn cudaDeviceSynchronize() -> c_int;
     pub fn cudaStreamSynchronize(stream: Stream) -> c_int;
     pub fn cudaGetErrorString(err: c_int) -> *const c_char;
+    pub fn cudaDeviceGetPCIBusId(pci_bus_id: *mut c_char, len: c_int, device: c_int) -> c_int;
     pub fn __cudaRegisterFatBinary(fat_cubin: *const c_void) -> *mut *mut c_void;
     pub fn __cudaRegisterFatBinaryEnd(handle: *mut *mut c_void);
     pub fn __cudaRegisterFunction(

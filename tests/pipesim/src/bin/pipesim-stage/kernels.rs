@@ -6,8 +6,7 @@
 //!   from `cuModuleLoadData` + `cuModuleGetFunction`;
 //! * one small CUDA graph (two kernel nodes) replayed once per iteration with `cudaGraphLaunch`.
 //!
-//! A phase is split across two kernels of two paths (rotating, see [`Kernels::launch_phase`]);
-//! every split sums exactly to the phase's duration.
+//! Each kernel goes by one of the four paths in turn ([`Kernels::launch`]).
 use crate::cuda::{self, check, check_blas, Dim3, KernelNodeParams, Stream};
 use pipesim::schedule::PhaseName;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
@@ -99,8 +98,6 @@ pub struct Kernels {
     launch_ex: LaunchKernelEx,
     triton: [*mut c_void; 3],
     graph_exec: *mut c_void,
-    /// Duration of the graph (both nodes), ns.
-    pub graph_ns: u64,
 }
 
 fn phase_index(p: PhaseName) -> usize {
@@ -143,7 +140,6 @@ impl Kernels {
             launch_ex,
             triton,
             graph_exec,
-            graph_ns,
         })
     }
 
@@ -155,30 +151,17 @@ impl Kernels {
         })
     }
 
-    /// Queues `ns` nanoseconds of phase `p` as two kernels of two launch paths. The pair rotates
-    /// with `slot` (the phase's index in the iteration): even slots use the nvcc stub and
-    /// cublasSgemm_v2, odd slots cublasGemmEx and the Triton-style kernel, so every iteration (two
-    /// phases or more) uses all four paths while each phase costs only two launches.
-    pub fn launch_phase(&self, p: PhaseName, ns: u64, slot: usize) -> Result<(), String> {
-        let first = ns / 2;
-        let parts = [first, ns - first];
+    /// Queues one kernel of phase `p` running `ns`, by launch path `path` (of 4, rotating:
+    /// the nvcc stub, cublasSgemm_v2, cublasGemmEx, the Triton-style kernel), so that every
+    /// iteration uses all four paths.
+    pub fn launch(&self, p: PhaseName, ns: u64, path: usize) -> Result<(), String> {
         let k = phase_kernels(p);
-        if slot.is_multiple_of(2) {
-            if parts[0] > 0 {
-                self.launch_stub(k.stub, parts[0])?;
-            }
-            if parts[1] > 0 {
-                self.gemm(false, parts[1])?;
-            }
-        } else {
-            if parts[0] > 0 {
-                self.gemm(true, parts[0])?;
-            }
-            if parts[1] > 0 {
-                self.launch_triton(self.triton[phase_index(p)], parts[1])?;
-            }
+        match path % 4 {
+            0 => self.launch_stub(k.stub, ns),
+            1 => self.gemm(false, ns),
+            2 => self.gemm(true, ns),
+            _ => self.launch_triton(self.triton[phase_index(p)], ns),
         }
-        Ok(())
     }
 
     fn launch_stub(&self, stub: extern "C" fn(), ns: u64) -> Result<(), String> {

@@ -7,7 +7,8 @@
 use clap::Parser;
 use pipesim::cli::JobArgs;
 use pipesim::config::{env, JobConfig};
-use pipesim::{sim, standins, truth};
+use pipesim::model::{Cost, ModelResult};
+use pipesim::{placement, standins, truth, validate};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode};
@@ -28,6 +29,10 @@ struct Cli {
     /// Give up (and kill the stages) after S seconds.
     #[arg(long, value_name = "S", default_value_t = 300.0)]
     timeout: f64,
+    /// One freeride session directory per node (comma-separated): the processes of node n get
+    /// FREERIDE_DIR=<the n-th> (what `freeride sim --nodes N` passes).
+    #[arg(long, value_name = "DIRS", value_delimiter = ',')]
+    node_session_dirs: Vec<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -72,7 +77,15 @@ fn config(cli: &Cli) -> Result<(JobConfig, Option<PathBuf>), String> {
     if !(cli.timeout.is_finite() && cli.timeout > 0.0) {
         return Err("--timeout must be a positive number of seconds".into());
     }
-    Ok((cli.job.to_config()?, cli.truth.clone()))
+    let cfg = cli.job.to_config()?;
+    let dirs = cli.node_session_dirs.len();
+    if dirs > 0 && dirs != cfg.nodes as usize {
+        return Err(format!(
+            "--node-session-dirs names {dirs} directories for {} nodes",
+            cfg.nodes
+        ));
+    }
+    Ok((cfg, cli.truth.clone()))
 }
 
 /// Removes a folder at the end of the run.
@@ -141,48 +154,60 @@ fn run(cli: &Cli, cfg: &JobConfig, truth_path: Option<PathBuf>) -> Result<(), St
     };
     let trace = std::path::absolute(&trace).unwrap_or(trace);
 
-    let p = cfg.shape.stages as usize;
+    let topo = cfg.topology();
+    let world = topo.world() as usize;
     eprintln!(
-        "pipesim: {} p={} m={} v={} style={} iterations={}",
-        cfg.shape.schedule,
-        p,
+        "pipesim: {} p={} m={} v={} tp={} dp={} style={} iterations={} ({world} processes on {} node{})",
+        cli.job.schedule_name(),
+        cfg.shape.stages,
         cfg.shape.microbatches,
         cfg.shape.chunks,
+        topo.tp,
+        topo.dp,
         cfg.style.name(),
-        cfg.iterations
+        cfg.iterations,
+        topo.nodes,
+        if topo.nodes == 1 { "" } else { "s" }
     );
+    let model = validate::expected(cfg, Cost::from_env())?;
+    for w in &model.warnings {
+        eprintln!("pipesim: note: {w}");
+    }
     let cfg_json = serde_json::to_string(cfg).map_err(|e| e.to_string())?;
-    let mut children: Vec<Child> = Vec::with_capacity(p);
-    for r in 0..p {
-        let child = Command::new(&stage_exe)
-            .env(env::RANK, r.to_string())
-            .env(env::WORLD_SIZE, p.to_string())
-            .env(env::JOB_DIR, &job_dir)
+    let mut children: Vec<Child> = Vec::with_capacity(world);
+    for r in 0..world {
+        let env = placement::stage_env(cfg, r as u32, &cli.node_session_dirs);
+        let mut cmd = Command::new(&stage_exe);
+        cmd.env(env::JOB_DIR, &job_dir)
             .env(env::CONFIG, &cfg_json)
             .env(simgpu_env::SIM_DIR, &sim_dir)
             .env(simgpu_env::SIM_TRACE, &trace)
-            .env("LD_LIBRARY_PATH", standins::library_path_with(&libs))
-            .spawn();
-        match child {
+            .env("LD_LIBRARY_PATH", standins::library_path_with(&libs));
+        for k in &env.remove {
+            cmd.env_remove(k);
+        }
+        cmd.envs(env.set.iter().map(|(k, v)| (k, v)));
+        match cmd.spawn() {
             Ok(c) => children.push(c),
             Err(e) => {
                 kill_all(&mut children);
-                return Err(format!("starting stage {r}: {e}"));
+                return Err(format!("starting rank {r}: {e}"));
             }
         }
     }
     wait_all(&mut children, Duration::from_secs_f64(cli.timeout))?;
 
-    let (records, bad) = truth::read_trace(&trace)
+    let tr = truth::Trace::read(&trace)
         .map_err(|e| format!("reading the truth {}: {e}", trace.display()))?;
-    if bad > 0 {
+    if tr.bad > 0 {
         eprintln!(
-            "pipesim: warning: {bad} unreadable lines in {}",
+            "pipesim: warning: {} unreadable lines in {}",
+            tr.bad,
             trace.display()
         );
     }
     let pids: Vec<u32> = children.iter().map(Child::id).collect();
-    let t = truth::analyze(&records, p as u32, Some(pids))?;
+    let t = truth::analyze_trace(&tr, world as u32, Some(pids))?;
     let s = t.summary(1);
     eprintln!(
         "pipesim: iteration {:.3} ms, idle fraction {:.4}, idle per rank {:?} ms",
@@ -193,48 +218,41 @@ fn run(cli: &Cli, cfg: &JobConfig, truth_path: Option<PathBuf>) -> Result<(), St
             .map(|v| (v * 1000.0).round() / 1000.0)
             .collect::<Vec<_>>()
     );
-    let model = model(cfg)?;
     if cli.json {
         let out = serde_json::json!({
             "iteration_ms": s.iteration_ms,
             "idle_ms_per_rank": s.idle_ms_per_rank,
             "idle_fraction": s.idle_fraction,
-            "schedule": cfg.shape.schedule.name(),
+            "schedule": cli.job.schedule_name(),
             "style": cfg.style.name(),
             "stages": cfg.shape.stages,
             "microbatches": cfg.shape.microbatches,
             "chunks": cfg.shape.chunks,
+            "tp": topo.tp,
+            "dp": topo.dp,
+            "world": world,
+            "nodes": topo.nodes,
             "iterations": cfg.iterations,
             "measured_iterations": s.measured_iterations,
             "pids": t.pids,
-            "model": model,
+            "devices": t.devices,
+            "bus_ids": t.bus_ids,
+            "model": model_json(&model),
         });
         println!("{out}");
     }
     Ok(())
 }
 
-/// What the discrete-event model expects for one iteration (transfer times from the NCCL cost
-/// model, the all-reduce at the end included).
-fn model(cfg: &JobConfig) -> Result<serde_json::Value, String> {
-    let base: u64 = std::env::var("FREERIDE_SIM_NCCL_BASE_NS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let ps = JobConfig::ps_per_byte();
-    let p2p = base + cfg.p2p_bytes() * ps / 1000;
-    let n = u64::from(cfg.shape.stages);
-    let ar = if n > 1 {
-        base + cfg.allreduce_bytes() * 2 * (n - 1) / n * ps / 1000
-    } else {
-        0
-    };
-    let r = sim::simulate(&cfg.shape.plan()?, p2p)?;
-    let it = r.makespan_ns + ar;
-    Ok(serde_json::json!({
-        "iteration_ms": it as f64 / 1e6,
-        "idle_ms_per_rank": r.idle_ns.iter().map(|i| (i + ar) as f64 / 1e6).collect::<Vec<_>>(),
-    }))
+/// What the discrete-event model expects for one iteration (NCCL cost of the simulated GPU).
+fn model_json(m: &ModelResult) -> serde_json::Value {
+    let ms = |ns: u64| ns as f64 / 1e6;
+    serde_json::json!({
+        "iteration_ms": ms(m.makespan_ns),
+        "idle_ms_per_rank": m.ranks.iter().map(|r| ms(r.idle_ns)).collect::<Vec<_>>(),
+        "idle_without_transfers_ms_per_rank":
+            m.ranks.iter().map(|r| ms(r.idle_without_transfers_ns)).collect::<Vec<_>>(),
+    })
 }
 
 /// Names of the simulated GPU's environment (simgpu::abi::env; pipesim does not link simgpu).
