@@ -25,6 +25,12 @@ pub enum StyleArg {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum P2pStreamsArg {
+    PerPeer,
+    Shared,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum VisibleArg {
     All,
     PerRank,
@@ -147,6 +153,11 @@ pub struct JobArgs {
     /// The micro-batch count from --change-at on.
     #[arg(long, value_name = "M", requires = "change_at")]
     pub then_microbatches: Option<u32>,
+    /// torch, overlapped and CSV jobs: per-peer: each peer pair's sends and receives on its own
+    /// 2-rank communicator and stream; shared: all of a rank's on one stream and the pipeline's
+    /// communicator (ProcessGroupNCCL's batched P2P on the group's main communicator).
+    #[arg(long, value_enum, default_value = "per-peer")]
+    pub p2p_streams: P2pStreamsArg,
     /// Compute kernels per phase (default: one per 0.4 ms of the phase, 2 to 24).
     #[arg(long, value_name = "K", default_value_t = 0)]
     pub kernels_per_phase: u32,
@@ -233,6 +244,7 @@ impl JobArgs {
             push("--then-microbatches", m.to_string());
         }
         push("--kernels-per-phase", self.kernels_per_phase.to_string());
+        push("--p2p-streams", name_of(&self.p2p_streams));
         let p = &self.par;
         for (flag, x) in [
             ("--tp", p.tp),
@@ -429,7 +441,14 @@ impl JobArgs {
                 VisibleArg::PerRank => Visible::PerRank,
             },
             nodes: self.place.nodes,
+            p2p_shared: self.p2p_streams == P2pStreamsArg::Shared,
         };
+        if cfg.p2p_shared && !cfg.style.host_runs_ahead() {
+            return Err(
+                "--p2p-streams shared applies to --style torch and overlapped (and CSVs); batched has one pipeline stream, blocking one per pair"
+                    .into(),
+            );
+        }
         if let (Some(at), Some(m)) = (self.change_at, self.then_microbatches) {
             if at == 0 || at >= self.iterations {
                 return Err(format!(

@@ -133,6 +133,11 @@ pub struct JobConfig {
     pub visible: Visible,
     #[serde(default = "one")]
     pub nodes: u32,
+    /// `torch`, `overlapped` and CSV jobs: every pipeline send and receive of a rank on one
+    /// stream and the pipeline's communicator (ProcessGroupNCCL's batched P2P on the group's main
+    /// communicator) instead of one per peer pair.
+    #[serde(default)]
+    pub p2p_shared: bool,
 }
 
 /// A change of the micro-batch count during the run.

@@ -13,7 +13,7 @@
 //!
 //! Adjacent stages on one rank pass tensors locally (the V shapes): no send, no receive.
 use super::compute::{Pass, Work};
-use super::{dp_name, pair_name, Builder};
+use super::{dp_name, Builder};
 use crate::config::coll_bytes;
 use crate::csv::{Compute, CsvAction, CsvSchedule};
 use crate::program::{Action, CollKind, EventId, Origin, P2pOp, StreamRole, Tensor, COMPUTE};
@@ -112,8 +112,7 @@ impl Builder<'_> {
                 mb,
             },
         };
-        let stream = self.stream(StreamRole::Peer(peer))?;
-        let comm = self.comm(&pair_name(self.rank, peer))?;
+        let (stream, comm) = self.p2p_link(peer)?;
         self.hop(COMPUTE, stream);
         self.push(Action::P2p {
             comm,

@@ -98,7 +98,7 @@ pub fn plan_job(cfg: &JobConfig) -> Result<JobPlan, String> {
     let pairs = stage_pairs(cfg)?;
     for r in 0..world {
         match cfg.style {
-            Style::Batched => {
+            _ if cfg.style == Style::Batched || cfg.p2p_shared => {
                 plan.comm(pipeline_name(&topo, r), topo.pp_group(r));
                 if topo.pp > 1 {
                     plan.ranks[r as usize].stream(StreamRole::Pipeline);
@@ -218,6 +218,21 @@ impl<'a> Builder<'a> {
             .iter()
             .position(|&r| r == role)
             .ok_or_else(|| format!("rank {} has no {role:?} stream (a bug)", self.rank))
+    }
+
+    /// The stream and communicator of pipeline traffic with global rank `peer`.
+    fn p2p_link(&self, peer: u32) -> Result<(StreamId, CommId), String> {
+        if self.cfg.p2p_shared || self.cfg.style == Style::Batched {
+            Ok((
+                self.stream(StreamRole::Pipeline)?,
+                self.comm(&pipeline_name(&self.topo, self.rank))?,
+            ))
+        } else {
+            Ok((
+                self.stream(StreamRole::Peer(peer))?,
+                self.comm(&pair_name(self.rank, peer))?,
+            ))
+        }
     }
 
     fn comm(&self, name: &str) -> Result<CommId, String> {

@@ -16,7 +16,7 @@
 //! Every op on the pipeline streams first waits for the compute queued before it (PyTorch's
 //! ProcessGroupNCCL makes its stream wait for the current stream).
 use super::compute::{Pass, Work};
-use super::{pair_name, pipeline_name, Builder};
+use super::{pipeline_name, Builder};
 use crate::config::Style;
 use crate::program::{Action, EventId, Origin, P2pOp, StreamRole, Tensor, COMPUTE};
 use crate::schedule::{Op, OpKind, Payload, PhaseName, Transfer};
@@ -46,8 +46,7 @@ impl Builder<'_> {
     /// far); returns the event recorded after them.
     fn pair_p2p(&mut self, ops: Vec<P2pOp>, grouped: bool) -> Result<EventId, String> {
         let peer = ops[0].peer;
-        let stream = self.stream(StreamRole::Peer(peer))?;
-        let comm = self.comm(&pair_name(self.rank, peer))?;
+        let (stream, comm) = self.p2p_link(peer)?;
         self.hop(COMPUTE, stream);
         self.push(Action::P2p {
             comm,
