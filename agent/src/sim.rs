@@ -483,16 +483,21 @@ pub fn p50_p99(v: &[f64]) -> (f64, f64) {
     (percentile(&mut v, 0.5), percentile(&mut v, 0.99))
 }
 
-/// Scores the agent's bubbles against the truth over the iterations after the warm-up.
-/// `change_at`: the iteration from which the job changed, if it did.
-pub fn score(r: &SimResult, change_at: Option<u32>) -> Scores {
+/// The iterations scored: those after the warm-up (all but the last when there are no more).
+pub fn scored_iterations(r: &SimResult) -> &[truth::Iteration] {
     let its = &r.truth.iterations;
     let skip = if its.len() > WARMUP_ITERATIONS {
         WARMUP_ITERATIONS
     } else {
         its.len().saturating_sub(1)
     };
-    let scored = &its[skip..];
+    &its[skip..]
+}
+
+/// Scores the agent's bubbles against the truth over the iterations after the warm-up.
+/// `change_at`: the iteration from which the job changed, if it did.
+pub fn score(r: &SimResult, change_at: Option<u32>) -> Scores {
+    let scored = scored_iterations(r);
     let (mut inferred_tally, mut forecast_tally, mut live_tally) =
         (Tally::default(), Tally::default(), Tally::default());
     let mut latencies = vec![];
@@ -609,12 +614,7 @@ pub struct Harvest {
 
 /// Scores the side tasks' kernels against the trainers' idle time (same iterations as [`score`]).
 pub fn harvest(r: &SimResult) -> Harvest {
-    let its = &r.truth.iterations;
-    let skip = if its.len() > WARMUP_ITERATIONS {
-        WARMUP_ITERATIONS
-    } else {
-        its.len().saturating_sub(1)
-    };
+    let scored = scored_iterations(r);
     let (mut inside, mut idle, mut busy, mut window) = (0u64, 0u64, 0u64, 0u64);
     for (rank, _) in r.truth.pids.iter().enumerate() {
         let gpu = r.truth.devices.get(rank).copied().unwrap_or(rank as u32);
@@ -625,7 +625,7 @@ pub fn harvest(r: &SimResult) -> Harvest {
                 .map(|k| (k.start_ns, k.end_ns))
                 .collect(),
         );
-        for it in &its[skip..] {
+        for it in scored {
             let truth_iv = merge(it.ranks[rank].idle_intervals.clone());
             let s = clip(&side, it.start_ns, it.end_ns);
             let t = Tally::of(&s, &truth_iv);

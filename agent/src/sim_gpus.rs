@@ -2,7 +2,7 @@
 //! share of idle time and what the agent and the side tasks made of that GPU, over the same
 //! iterations as the job-wide scores (`crate::sim::score`, `crate::sim::harvest`).
 use crate::inference::score::{clip, merge, Tally};
-use crate::sim::{SimResult, WARMUP_ITERATIONS};
+use crate::sim::{scored_iterations, SimResult};
 
 /// One rank's GPU.
 #[derive(Clone, Debug, PartialEq)]
@@ -24,13 +24,7 @@ pub struct GpuScore {
 
 /// Every rank's [`GpuScore`].
 pub fn per_gpu(r: &SimResult) -> Vec<GpuScore> {
-    let its = &r.truth.iterations;
-    let skip = if its.len() > WARMUP_ITERATIONS {
-        WARMUP_ITERATIONS
-    } else {
-        its.len().saturating_sub(1)
-    };
-    let scored = &its[skip..];
+    let scored = scored_iterations(r);
     r.truth
         .pids
         .iter()

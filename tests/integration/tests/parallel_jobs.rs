@@ -85,24 +85,18 @@ const THREE_D: &[&str] = &[
 fn three_d_once() -> Result<(), String> {
     let s = Scratch::new("3d");
     let truth = s.0.join("truth.jsonl");
-    let out = {
+    let v = {
         let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        Command::new(freeride_tests::built("pipesim"))
-            .args(THREE_D)
-            .args(["--json", "--timeout", "240"])
-            .arg("--truth")
-            .arg(&truth)
-            .env("FREERIDE_SIM_DIR", s.0.join("sim"))
-            .env_remove("FREERIDE_SIM_DEVICES")
-            .output()
-            .unwrap()
+        freeride_tests::json_of(
+            Command::new(freeride_tests::built("pipesim"))
+                .args(THREE_D)
+                .args(["--json", "--timeout", "240"])
+                .arg("--truth")
+                .arg(&truth)
+                .env("FREERIDE_SIM_DIR", s.0.join("sim"))
+                .env_remove("FREERIDE_SIM_DEVICES"),
+        )
     };
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["world"], 16);
     let devices: HashSet<u64> = v["devices"]
         .as_array()
@@ -216,47 +210,28 @@ fn three_d_once() -> Result<(), String> {
 
 #[test]
 fn three_d_truth_shows_layers_buckets_and_closed_form_idle() {
-    let mut misses = vec![];
-    for _ in 0..3 {
-        match three_d_once() {
-            Ok(()) => return,
-            Err(e) => {
-                eprintln!("missed ({e}); running it again");
-                misses.push(e);
-            }
-        }
-    }
-    panic!("missed three times: {}", misses.join("; "));
+    freeride_tests::within_three_tries(three_d_once);
 }
 
 #[test]
 fn per_rank_visible_devices_on_two_nodes_one_agent_each() {
-    let out = {
+    let v = {
         let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        Command::new(freeride_tests::built("freeride"))
-            .args([
-                "sim",
-                "--stages",
-                "4",
-                "--microbatches",
-                "4",
-                "--visible-devices",
-                "per-rank",
-                "--nodes",
-                "2",
-                "--iterations",
-                "4",
-                "--json",
-            ])
-            .output()
-            .unwrap()
+        freeride_tests::json_of(Command::new(freeride_tests::built("freeride")).args([
+            "sim",
+            "--stages",
+            "4",
+            "--microbatches",
+            "4",
+            "--visible-devices",
+            "per-rank",
+            "--nodes",
+            "2",
+            "--iterations",
+            "4",
+            "--json",
+        ]))
     };
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         (v["nodes"].as_u64(), v["world"].as_u64()),
         (Some(2), Some(4))
@@ -333,21 +308,15 @@ fn a_noisy_job_runs_and_repeats_from_its_seed() {
     assert_eq!(programs("7"), programs("7"));
     assert_ne!(programs("7"), programs("8"));
     let s = Scratch::new("noisy");
-    let out = {
+    let v = {
         let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        Command::new(freeride_tests::built("pipesim"))
-            .args(noisy)
-            .args(["--seed", "7", "--json"])
-            .env("FREERIDE_SIM_DIR", s.0.join("sim"))
-            .output()
-            .unwrap()
+        freeride_tests::json_of(
+            Command::new(freeride_tests::built("pipesim"))
+                .args(noisy)
+                .args(["--seed", "7", "--json"])
+                .env("FREERIDE_SIM_DIR", s.0.join("sim")),
+        )
     };
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     // The pause (after iteration 1 of 0..3) idles every GPU for 50 ms at the start of iteration
     // 2: the mean idle of the measured iterations (1 and 2) is 1F1B's 30 ms plus 25.
     let idle = v["idle_ms_per_rank"][0].as_f64().unwrap();

@@ -87,17 +87,7 @@ fn compare(file: &str) -> Result<(), String> {
 }
 
 fn check(file: &str) {
-    let mut misses = vec![];
-    for _ in 0..3 {
-        match compare(file) {
-            Ok(()) => return,
-            Err(e) => {
-                eprintln!("missed ({e}); running it again");
-                misses.push(e);
-            }
-        }
-    }
-    panic!("missed three times: {}", misses.join("; "));
+    freeride_tests::within_three_tries(|| compare(file));
 }
 
 #[test]

@@ -115,32 +115,10 @@ impl Builder<'_> {
         for blk in 0..nb {
             match work.pass {
                 Pass::Forward => {
-                    if let (Some((c, s, b)), true) = (tp, sp) {
-                        self.collective_sync(c, s, CollKind::AllGather, b);
-                    }
-                    self.kernels(PhaseName::Forward, per(work.f_ns), k(work.f_ns));
-                    if let Some((c, s, b)) = tp {
-                        let kind = if sp {
-                            CollKind::ReduceScatter
-                        } else {
-                            CollKind::AllReduce
-                        };
-                        self.collective_sync(c, s, kind, b);
-                    }
+                    self.sync_block(tp, PhaseName::Forward, per(work.f_ns), k(work.f_ns));
                 }
                 Pass::Input => {
-                    if let (Some((c, s, b)), true) = (tp, sp) {
-                        self.collective_sync(c, s, CollKind::AllGather, b);
-                    }
-                    self.kernels(PhaseName::BackwardInput, per(work.i_ns), k(work.i_ns));
-                    if let Some((c, s, b)) = tp {
-                        let kind = if sp {
-                            CollKind::ReduceScatter
-                        } else {
-                            CollKind::AllReduce
-                        };
-                        self.collective_sync(c, s, kind, b);
-                    }
+                    self.sync_block(tp, PhaseName::BackwardInput, per(work.i_ns), k(work.i_ns));
                 }
                 Pass::Weight => {
                     self.kernels(PhaseName::BackwardWeight, per(work.w_ns), k(work.w_ns));
@@ -175,6 +153,30 @@ impl Builder<'_> {
             }
         }
         Ok(())
+    }
+
+    /// A block whose tensor-parallel collectives the compute stream waits for at once: kernels,
+    /// then an all-reduce (sequence parallel: an all-gather before, a reduce-scatter after).
+    fn sync_block(
+        &mut self,
+        tp: Option<(usize, usize, u64)>,
+        phase: PhaseName,
+        ns: u64,
+        kernels: usize,
+    ) {
+        let sp = self.cfg.par.sequence_parallel;
+        if let (Some((c, s, b)), true) = (tp, sp) {
+            self.collective_sync(c, s, CollKind::AllGather, b);
+        }
+        self.kernels(phase, ns, kernels);
+        if let Some((c, s, b)) = tp {
+            let kind = if sp {
+                CollKind::ReduceScatter
+            } else {
+                CollKind::AllReduce
+            };
+            self.collective_sync(c, s, kind, b);
+        }
     }
 
     /// Whether gradients are reduced during the backward (Megatron, PyTorch DDP) rather than

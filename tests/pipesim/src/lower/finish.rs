@@ -13,23 +13,30 @@
 use super::{dp_name, grad_norm_comm, world_name, Builder};
 use crate::program::{Action, CollKind, Origin, StreamRole, COMPUTE};
 
+/// One `kind` collective per bucket on the data-parallel stream after the compute so far, the
+/// compute stream waiting for them.
+fn dp_buckets_sync(b: &mut Builder, kind: CollKind) -> Result<(), String> {
+    let comm = b.comm(&dp_name(&b.topo, b.rank))?;
+    let stream = b.stream(StreamRole::Dp)?;
+    let (_, bytes) = b.bucket();
+    b.hop(COMPUTE, stream);
+    for _ in 0..b.cfg.par.dp_buckets.max(1) {
+        b.push(Action::Collective {
+            comm,
+            stream,
+            kind,
+            bytes,
+        });
+    }
+    b.hop(stream, COMPUTE);
+    Ok(())
+}
+
 pub(super) fn end_iteration(b: &mut Builder) -> Result<(), String> {
     b.origin = Origin::Job;
     let p = b.cfg.par;
     if p.dp > 1 && !b.buckets_in_backward() && b.cfg.csv.is_none() {
-        let comm = b.comm(&dp_name(&b.topo, b.rank))?;
-        let stream = b.stream(StreamRole::Dp)?;
-        let (_, bytes) = b.bucket();
-        b.hop(COMPUTE, stream);
-        for _ in 0..p.dp_buckets.max(1) {
-            b.push(Action::Collective {
-                comm,
-                stream,
-                kind: CollKind::AllReduce,
-                bytes,
-            });
-        }
-        b.hop(stream, COMPUTE);
+        dp_buckets_sync(b, CollKind::AllReduce)?;
     }
     for e in std::mem::take(&mut b.pending) {
         b.wait(COMPUTE, e);
@@ -40,19 +47,7 @@ pub(super) fn end_iteration(b: &mut Builder) -> Result<(), String> {
         b.collective_sync(comm, loss, CollKind::AllReduce, 4);
     }
     if p.distributed_optimizer && p.dp > 1 && b.cfg.csv.is_none() {
-        let comm = b.comm(&dp_name(&b.topo, b.rank))?;
-        let stream = b.stream(StreamRole::Dp)?;
-        let (_, bytes) = b.bucket();
-        b.hop(COMPUTE, stream);
-        for _ in 0..p.dp_buckets.max(1) {
-            b.push(Action::Collective {
-                comm,
-                stream,
-                kind: CollKind::AllGather,
-                bytes,
-            });
-        }
-        b.hop(stream, COMPUTE);
+        dp_buckets_sync(b, CollKind::AllGather)?;
     }
     let world = b.comm(&world_name())?;
     let bytes = b.cfg.allreduce_bytes();
