@@ -285,6 +285,19 @@ pub fn analyze_trace(trace: &Trace, ranks: u32, pids: Option<Vec<u32>>) -> Resul
                 .unwrap_or_default()
         })
         .collect();
+    // The bus id a rank's runtime reported for the device it used is the one its kernels ran on.
+    for (r, (&pid, bus)) in t.pids.iter().zip(&t.bus_ids).enumerate() {
+        if let Some(m) = trace
+            .marks
+            .iter()
+            .find(|m| m.pid == pid && !m.bus_id.is_empty() && !bus.is_empty() && &m.bus_id != bus)
+        {
+            return Err(format!(
+                "rank {r} (pid {pid}) names its GPU {} but its kernels ran on {bus}",
+                m.bus_id
+            ));
+        }
+    }
     Ok(t)
 }
 

@@ -42,8 +42,9 @@ impl Builder<'_> {
         }
     }
 
-    /// Queues `ops` alone or as one group on the peer pair's stream (after the compute queued so
-    /// far); returns the event recorded after them.
+    /// Queues `ops` alone or as one group on the peer pair's stream (`--p2p-streams shared`: the
+    /// rank's pipeline stream), after the compute queued so far; returns the event recorded
+    /// after them.
     fn pair_p2p(&mut self, ops: Vec<P2pOp>, grouped: bool) -> Result<EventId, String> {
         let peer = ops[0].peer;
         let (stream, comm) = self.p2p_link(peer)?;
