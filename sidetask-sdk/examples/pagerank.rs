@@ -1,13 +1,15 @@
 //! PageRank on a generated graph, as a freeride side task.
 //!
-//! One step = one power iteration. Its GPU work is real: the iteration in its dense form, the
-//! transition matrix (nodes x nodes, fp32, on the device: 4 x nodes^2 bytes, 400 MB at the default
-//! 10 000 nodes) times the rank vector, as a cuBLAS GEMM on the task's stream (nodes^2
-//! multiply-adds: 100 µs on the test bed's stand-in BLAS). The host iterates the sparse graph for
-//! the result it reports and checks (the test bed's GPU computes nothing).
+//! One step = one power iteration. Its GPU work is real: the iteration in its dense form for
+//! `--vectors` rank vectors at once (personalized PageRank for that many seed sets, default 1):
+//! the transition matrix (nodes x nodes, fp32, on the device: 4 x nodes^2 bytes, 400 MB at the
+//! default 10 000 nodes) times a nodes x vectors block, one cuBLAS GEMM on the task's stream
+//! (nodes^2 x vectors multiply-adds: 100 µs a vector on the test bed's stand-in BLAS). The host
+//! iterates the global ranks on the sparse graph for the result it reports and checks (the test
+//! bed's GPU computes nothing).
 //!
 //! `cargo run --release -p freeride-sidetask-sdk --example pagerank -- --device 0 --standalone \
-//!   --nodes 10000 --degree 8 --iterations 50`
+//!   --nodes 10000 --degree 8 --iterations 50 [--vectors 1]`
 use freeride_sidetask::blas::Operands;
 use freeride_sidetask::cli::Args;
 use freeride_sidetask::{Ctx, Runtime, SideTask, StepOutcome, TaskResult};
@@ -72,6 +74,8 @@ struct PageRank {
     max_iter: u64,
     iter: u64,
     delta: f64,
+    /// Rank vectors the GPU iterates at once.
+    vectors: u32,
     gpu: Option<Operands>,
 }
 
@@ -111,18 +115,18 @@ impl PageRank {
 impl SideTask for PageRank {
     fn init(&mut self, ctx: &mut Ctx) -> TaskResult<()> {
         // The dense transition matrix, the rank vector and the next one: within the budget.
-        let n = self.graph.n as u64;
-        self.gpu = Some(Operands::alloc(ctx, n * n, n, n)?);
+        let (n, v) = (self.graph.n as u64, self.vectors as u64);
+        self.gpu = Some(Operands::alloc(ctx, n * n, n * v, n * v)?);
         Ok(())
     }
 
     fn step(&mut self, ctx: &mut Ctx) -> TaskResult<StepOutcome> {
         let n = u32::try_from(self.graph.n)?;
-        // next = M . rank (the damping and the teleport term are folded into M).
+        // next = M . ranks (the damping and the teleport term are folded into M).
         self.gpu
             .as_ref()
             .ok_or("init did not run")?
-            .gemm(ctx, n, 1, n)?;
+            .gemm(ctx, n, self.vectors, n)?;
         self.delta = self.iterate();
         self.iter += 1;
         if self.iter.checked_rem(10) == Some(0) {
@@ -160,6 +164,7 @@ fn main() {
         max_iter: args.get_u64("iterations", 50),
         iter: 0,
         delta: f64::INFINITY,
+        vectors: args.get_u64("vectors", 1).clamp(1, 65_536) as u32,
         gpu: None,
     };
     let mut rt = Runtime::new(args.config.clone()).unwrap_or_else(|e| {

@@ -111,7 +111,12 @@ impl SideTask for Trainer {
     fn init(&mut self, ctx: &mut Ctx) -> TaskResult<()> {
         // A weight matrix (width x width), activations and gradients (width x batch).
         let (w, b) = (self.gpu_width as u64, self.batch as u64);
-        self.gpu = Some(Operands::alloc(ctx, w * w.max(b), w.max(b) * b, w * w.max(b))?);
+        self.gpu = Some(Operands::alloc(
+            ctx,
+            w * w.max(b),
+            w.max(b) * b,
+            w * w.max(b),
+        )?);
         Ok(())
     }
 

@@ -83,7 +83,9 @@ impl Blas {
         if rc != 0 {
             // SAFETY: the handle is ours and destroyed once.
             unsafe { destroy(handle) };
-            return Err(SdkError::Driver(format!("cublasSetStream_v2 failed ({rc})")));
+            return Err(SdkError::Driver(format!(
+                "cublasSetStream_v2 failed ({rc})"
+            )));
         }
         Ok(Blas {
             handle,
@@ -96,7 +98,8 @@ impl Blas {
     /// those sizes.
     pub fn sgemm(&self, m: u32, n: u32, k: u32, a: u64, b: u64, c: u64) -> Result<()> {
         let dim = |v: u32| {
-            c_int::try_from(v).map_err(|_| SdkError::Driver(format!("GEMM dimension {v} too large")))
+            c_int::try_from(v)
+                .map_err(|_| SdkError::Driver(format!("GEMM dimension {v} too large")))
         };
         let (mi, ni, ki) = (dim(m)?, dim(n)?, dim(k)?);
         let (alpha, beta) = (1.0f32, 0.0f32);
@@ -155,6 +158,7 @@ pub const FILL_BYTE: u8 = 0x3c;
 impl Operands {
     /// Room for GEMMs whose A, B and C have at most `a`, `b` and `c` elements.
     pub fn alloc(ctx: &mut crate::Ctx, a: u64, b: u64, c: u64) -> Result<Operands> {
+        ctx.gpu()?.prepare_gemm()?;
         let mut ptrs = [0u64; 3];
         for (p, elems) in ptrs.iter_mut().zip([a, b, c]) {
             let bytes = elems.max(1) * 4;
@@ -179,7 +183,11 @@ impl Operands {
 
     /// Queues C (m x n) = A (m x k) . B (k x n) on the task's stream.
     pub fn gemm(&self, ctx: &mut crate::Ctx, m: u32, n: u32, k: u32) -> Result<()> {
-        let need = [m as u64 * k as u64, k as u64 * n as u64, m as u64 * n as u64];
+        let need = [
+            m as u64 * k as u64,
+            k as u64 * n as u64,
+            m as u64 * n as u64,
+        ];
         if need.iter().zip(self.elems).any(|(n, have)| *n > have) {
             return Err(SdkError::Driver(format!(
                 "GEMM {m}x{n}x{k} is larger than its operands ({:?} elements)",

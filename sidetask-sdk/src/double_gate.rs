@@ -42,12 +42,15 @@ pub fn refuse_if_gated(task: &str) -> Result<()> {
 mod tests {
     use super::*;
 
-    const MAPS: &str = "7f0000000000-7f0000001000 r-xp 00000000 00:1f 123 /opt/x/lib/libfreeride_sidetask.so\n";
+    const MAPS: &str =
+        "7f0000000000-7f0000001000 r-xp 00000000 00:1f 123 /opt/x/lib/libfreeride_sidetask.so\n";
 
     #[test]
     fn the_interposer_is_told_from_the_sdk_library() {
         assert!(!maps_interposer(MAPS));
-        let with = format!("{MAPS}7f0000002000-7f0000003000 r-xp 00000000 00:1f 124 /t/release/libfreeride.so\n");
+        let with = format!(
+            "{MAPS}7f0000002000-7f0000003000 r-xp 00000000 00:1f 124 /t/release/libfreeride.so\n"
+        );
         assert!(maps_interposer(&with));
         let bundled = "7f00-7f01 r-xp 0 00:1f 1 /root/.cache/freeride/libfreeride-0.1.0-00ff00ff00ff00ff.so\n";
         assert!(maps_interposer(bundled));

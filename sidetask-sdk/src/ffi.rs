@@ -502,9 +502,11 @@ pub unsafe extern "C" fn frst_gemm(
     b: u64,
     c: u64,
 ) -> i32 {
-    with_task(h, |t| match t.gpu().and_then(|g| g.gemm(m, n, k, a, b, c)) {
-        Ok(()) => FRST_OK,
-        Err(e) => fail(e),
+    with_task(h, |t| {
+        match t.gpu().and_then(|g| g.gemm(m, n, k, a, b, c)) {
+            Ok(()) => FRST_OK,
+            Err(e) => fail(e),
+        }
     }) as i32
 }
 
@@ -515,9 +517,11 @@ pub unsafe extern "C" fn frst_gemm(
 /// is NULL or valid as `include/freeride_sidetask.h` describes.
 #[no_mangle]
 pub unsafe extern "C" fn frst_fill(h: *const FrstTask, ptr: u64, bytes: u64, value: u8) -> i32 {
-    with_task(h, |t| match t.gpu().and_then(|g| g.fill(ptr, bytes, value)) {
-        Ok(()) => FRST_OK,
-        Err(e) => fail(e),
+    with_task(h, |t| {
+        match t.gpu().and_then(|g| g.fill(ptr, bytes, value)) {
+            Ok(()) => FRST_OK,
+            Err(e) => fail(e),
+        }
     }) as i32
 }
 
