@@ -32,7 +32,7 @@ type Sgemm = unsafe extern "C" fn(
 ) -> c_int;
 
 /// One cuBLAS handle bound to a stream.
-pub struct Blas {
+pub(crate) struct Blas {
     handle: *mut c_void,
     sgemm: Sgemm,
     destroy: Destroy,
@@ -52,7 +52,7 @@ fn sym(lib: *mut c_void, name: &CStr) -> Result<*mut c_void> {
 
 impl Blas {
     /// Loads cuBLAS, creates a handle in the current context and binds it to `stream`.
-    pub fn new(stream: *mut c_void) -> Result<Blas> {
+    pub(crate) fn new(stream: *mut c_void) -> Result<Blas> {
         let lib = LIBS
             .iter()
             // SAFETY: dlopen of a NUL-terminated name; the library stays loaded for the process.
@@ -96,7 +96,7 @@ impl Blas {
 
     /// Queues C (m x n) = A (m x k) . B (k x n), column-major fp32 device buffers of at least
     /// those sizes.
-    pub fn sgemm(&self, m: u32, n: u32, k: u32, a: u64, b: u64, c: u64) -> Result<()> {
+    pub(crate) fn sgemm(&self, m: u32, n: u32, k: u32, a: u64, b: u64, c: u64) -> Result<()> {
         let dim = |v: u32| {
             c_int::try_from(v)
                 .map_err(|_| SdkError::Driver(format!("GEMM dimension {v} too large")))
