@@ -92,6 +92,21 @@ fn serve_metrics(listener: TcpListener, text: Arc<Mutex<String>>) {
     }
 }
 
+/// The metrics endpoint's address (None: none), checked to be HOST:PORT.
+fn metrics_addr(a: &AgentArgs) -> Result<Option<String>, String> {
+    let addr = match a.metrics_addr.as_deref() {
+        Some("off") => return Ok(None),
+        Some(addr) => addr.to_string(),
+        None if a.metrics_port == 0 => return Ok(None),
+        None => return Ok(Some(format!("127.0.0.1:{}", a.metrics_port))),
+    };
+    match std::net::ToSocketAddrs::to_socket_addrs(addr.as_str()).map(|mut it| it.next()) {
+        Ok(Some(_)) => Ok(Some(addr)),
+        Ok(None) => Err(format!("--metrics-addr {addr}: resolves to no address")),
+        Err(e) => Err(format!("--metrics-addr {addr}: not HOST:PORT ({e})")),
+    }
+}
+
 pub fn main(a: AgentArgs) -> i32 {
     if let Some(d) = a.duration {
         if !(d.is_finite() && d > 0.0) {
@@ -99,6 +114,13 @@ pub fn main(a: AgentArgs) -> i32 {
             return 2;
         }
     }
+    let addr = match metrics_addr(&a) {
+        Ok(addr) => addr,
+        Err(e) => {
+            eprintln!("freeride agent: {e}");
+            return 2;
+        }
+    };
     let dir = a.dir.clone().unwrap_or_else(session::resolve_dir);
     if let Err(e) = session::ensure_dir(&dir) {
         eprintln!("freeride agent: session directory {}: {e}", dir.display());
@@ -112,12 +134,6 @@ pub fn main(a: AgentArgs) -> i32 {
         }
     };
     let metrics = Arc::new(Mutex::new(String::new()));
-    let addr = match a.metrics_addr.as_deref() {
-        Some("off") => None,
-        Some(addr) => Some(addr.to_string()),
-        None if a.metrics_port == 0 => None,
-        None => Some(format!("127.0.0.1:{}", a.metrics_port)),
-    };
     if let Some(addr) = addr {
         match TcpListener::bind(addr.as_str()) {
             Ok(l) => {

@@ -25,6 +25,9 @@ pub struct DoctorArgs {
     /// Seconds the probe command may run before it is killed.
     #[arg(long, default_value_t = 120.0, value_name = "S")]
     probe_timeout: f64,
+    /// Where the GPU device nodes are (tests point it elsewhere).
+    #[arg(long, default_value = "/dev", value_name = "PATH", hide = true)]
+    dev: PathBuf,
     /// Print the findings as JSON.
     #[arg(long)]
     json: bool,
@@ -49,7 +52,7 @@ pub fn main(a: DoctorArgs) -> i32 {
         format!("version {}", env!("CARGO_PKG_VERSION")),
     )];
     findings.extend(driver::check(&a.cuda_lib));
-    findings.extend(node::check_device_nodes(Path::new("/dev")));
+    findings.extend(node::check_device_nodes(&a.dev));
     findings.extend(mps::check(Path::new("/proc")));
     findings.extend(shm::check(&a.shm, a.processes));
     findings.extend(node::check_session(&dir));

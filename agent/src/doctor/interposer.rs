@@ -7,15 +7,27 @@ use std::path::Path;
 
 const CHECK: &str = "interposer";
 
-/// Whether the filesystem holding `path` is mounted `noexec`.
-pub fn noexec(path: &Path) -> bool {
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
-        return false;
-    };
+/// The mount flags (`statvfs` `f_flag`) of the filesystem holding `path`.
+pub fn mount_flags(path: &Path) -> Option<u64> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
     // SAFETY: a zeroed statvfs is a valid out-buffer; `c` is NUL-terminated.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: see above.
-    (unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0) && st.f_flag & libc::ST_NOEXEC != 0
+    (unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0).then_some(st.f_flag as u64)
+}
+
+/// The problem with preloading `path` from a filesystem with mount flags `flags`, if any.
+pub fn noexec_problem(path: &Path, flags: u64) -> Option<Finding> {
+    (flags & libc::ST_NOEXEC as u64 != 0).then(|| {
+        Finding::new(
+            CHECK,
+            Level::Fail,
+            format!(
+                "{} is on a filesystem mounted noexec: the loader cannot preload it (install it elsewhere, or point FREERIDE_LIB / XDG_CACHE_HOME at an exec mount)",
+                path.display()
+            ),
+        )
+    })
 }
 
 /// The ELF header's type (`e_type`: 2 executable, 3 shared object or PIE) and whether it has a
@@ -72,19 +84,27 @@ pub fn check() -> Vec<Finding> {
         }
         Err(e) => return vec![Finding::new(CHECK, Level::Fail, e)],
     }
-    if noexec(p) {
-        return vec![Finding::new(
-            CHECK,
-            Level::Fail,
-            format!(
-                "{} is on a filesystem mounted noexec: the loader cannot preload it (install it elsewhere, or point FREERIDE_LIB / XDG_CACHE_HOME at an exec mount)",
-                p.display()
-            ),
-        )];
+    if let Some(f) = mount_flags(p).and_then(|fl| noexec_problem(p, fl)) {
+        return vec![f];
     }
     vec![Finding::new(
         CHECK,
         Level::Ok,
         format!("{} ({how})", p.display()),
     )]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// No test machine has a noexec mount to put a library on: the decision is tested alone.
+    #[test]
+    fn a_noexec_mount_is_a_problem() {
+        let p = Path::new("/mnt/x/libfreeride.so");
+        let f = noexec_problem(p, libc::ST_NOEXEC as u64 | libc::ST_NOSUID as u64).unwrap();
+        assert_eq!(f.level, Level::Fail);
+        assert!(f.what.contains("noexec"), "{}", f.what);
+        assert!(noexec_problem(p, libc::ST_NOSUID as u64).is_none());
+    }
 }
