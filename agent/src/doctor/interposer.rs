@@ -18,7 +18,7 @@ pub fn mount_flags(path: &Path) -> Option<u64> {
 
 /// The problem with preloading `path` from a filesystem with mount flags `flags`, if any.
 pub fn noexec_problem(path: &Path, flags: u64) -> Option<Finding> {
-    (flags & libc::ST_NOEXEC as u64 != 0).then(|| {
+    (flags & libc::ST_NOEXEC != 0).then(|| {
         Finding::new(
             CHECK,
             Level::Fail,
@@ -102,9 +102,9 @@ mod tests {
     #[test]
     fn a_noexec_mount_is_a_problem() {
         let p = Path::new("/mnt/x/libfreeride.so");
-        let f = noexec_problem(p, libc::ST_NOEXEC as u64 | libc::ST_NOSUID as u64).unwrap();
+        let f = noexec_problem(p, libc::ST_NOEXEC | libc::ST_NOSUID).unwrap();
         assert_eq!(f.level, Level::Fail);
         assert!(f.what.contains("noexec"), "{}", f.what);
-        assert!(noexec_problem(p, libc::ST_NOSUID as u64).is_none());
+        assert!(noexec_problem(p, libc::ST_NOSUID).is_none());
     }
 }
