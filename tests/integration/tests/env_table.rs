@@ -104,7 +104,10 @@ fn walk(dir: &Path, out: &mut BTreeSet<String>) {
             "rs" | "py" | "sh" | "yaml" | "yml" | "service" | "toml"
         ) || name == "Dockerfile"
             || (script_dir && ext.is_empty())
-            || name == "run" && p.parent().and_then(Path::file_name).is_some_and(|d| d == ".ci");
+            || name == "run"
+                && p.parent()
+                    .and_then(Path::file_name)
+                    .is_some_and(|d| d == ".ci");
         // This file's own examples are not uses.
         if code && name != "env_table.rs" {
             used_in(&p, out);
