@@ -3,8 +3,9 @@
 //! Execs CMD (same pid, signals and exit status as CMD itself) with `LD_PRELOAD` prepended with
 //! libfreeride.so, `FREERIDE_ROLE` and `FREERIDE_DIR` set, after creating the session directory
 //! (mode 0700). The library is `$FREERIDE_LIB`, else `libfreeride.so` installed beside this
-//! executable, else the copy it carries (`freeride_agent::layout::interposer`). A side task is started at a low CPU priority (nice
-//! 19 unless `--nice` or `FREERIDE_SIDETASK_NICE` says otherwise; see `freeride_abi::cpu`).
+//! executable, else the copy it carries (`freeride_agent::layout::interposer`). A side task is
+//! started at a low CPU priority (nice 19 unless `--nice` or `FREERIDE_SIDETASK_NICE` says
+//! otherwise; see `freeride_abi::cpu`).
 use clap::{Args, ValueEnum};
 use freeride_abi::{cpu, env, session};
 use std::os::unix::process::CommandExt;
