@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The real-GPU check of freeride (issue #7), in one command, on a machine with an NVIDIA GPU, CUDA 13,
 # PyTorch, Triton and NCCL, but no Rust and no network: it uses binaries built beforehand
-# (target/release/libfreeride.so, target/release/freeride, target/release/examples/train_loop).
+# (target/release/: freeride, libfreeride.so, libfreeride_sidetask.so, examples/{train_loop,pagerank,image_batch}).
 #
 #   scripts/gpu-check.sh            # all parts, about 4-5 minutes, never more than GPU_CHECK_BUDGET_S
 #
@@ -16,7 +16,7 @@
 # stdout; with $OUT set, results/ (all JSON, the table, logs) are copied to $OUT/gpu-check/.
 #
 # Environment: PYTHON (default python3), FREERIDE_BIN (default <repo>/target/release),
-#   GPU_CHECK_BUDGET_S (default 450), GPU_CHECK_SKIP (comma list of: coverage,hook_cost,sdk_probe,
+#   GPU_CHECK_BUDGET_S (default 450), GPU_CHECK_SKIP (comma list of: coverage,hook_cost,sdk_tasks,
 #   gating_default,gating_mps), GPU_CHECK_WORK (work folder; default a new /tmp/freeride-gpucheck.XXXXXX).
 set -u -o pipefail
 
@@ -148,7 +148,7 @@ parts = [p.strip() for p in line.splitlines()[0].split(",")] if line and not lin
 env.update(dict(zip(["gpu", "driver", "gpu_memory", "compute_mode"], parts)))
 env["gpus_visible"] = len(line.splitlines()) if parts else 0
 env["gpu_processes_before"] = q(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"])
-for f in ("libfreeride.so", "freeride", "examples/train_loop"):
+for f in ("libfreeride.so", "freeride", "libfreeride_sidetask.so", "examples/train_loop", "examples/pagerank", "examples/image_batch"):
     p = os.path.join(bindir, f)
     try:
         with open(p, "rb") as fh:
@@ -201,23 +201,43 @@ fi
 step hook_cost 110 "$PY" "$GPU/hook_cost.py" orchestrate --bin "$BIN" --python "$PY" --out "$RES/hook_cost.json" \
     --workdir "$WORK/hook" --session-root "$SESS" --reps 3 --deadline "$(dl 100)"
 
-# ---------------------------------------------------------------- SDK task probe (expected to fail on a real GPU)
-if [ -x "$BIN/examples/train_loop" ]; then
-    step sdk_probe 20 "$BIN/examples/train_loop" --device 0 --standalone --steps 3
-    "$PY" - "$RES/sdk_probe.json" "$RES/step-sdk_probe.json" "$WORK/sdk_probe.log" <<'PY'
-import json, sys
-st = json.load(open(sys.argv[2])) if sys.argv[2] else {}
-try:
-    txt = open(sys.argv[3], errors="replace").read()[-1500:]
-except OSError:
-    txt = ""
-json.dump({"rc": st.get("rc"), "output_tail": txt,
-           "expected": "failure: the SDK loads a simulated module image that a real driver rejects"},
-          open(sys.argv[1], "w"), indent=1)
+# ---------------------------------------------------------------- SDK side tasks on the GPU
+# The SDK's examples and the Python package's PyTorch example, standalone, a few steps each: their
+# GPU work is cuBLAS GEMMs (sidetask-sdk/src/blas.rs), which need libcublas on the loader path
+# (PyTorch's nvidia/cublas/lib when CUDA's lib64 has none).
+CUBLAS_DIR="$("$PY" -c 'import nvidia.cublas as c, os; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null || true)"
+step sdk_tasks 60 env LD_LIBRARY_PATH="${CUBLAS_DIR:+$CUBLAS_DIR:}${LD_LIBRARY_PATH:-}" FREERIDE_DIR="$SESS/sdk" \
+    FREERIDE_SIDETASK_LIB="$BIN/libfreeride_sidetask.so" PYTHONPATH="$ROOT/sidetask-sdk/python" \
+    "$PY" - "$BIN" "$RES/sdk_probe.json" <<'PY'
+import json, subprocess, sys, time
+bin_dir, out = sys.argv[1], sys.argv[2]
+runs = {
+    "train_loop": [bin_dir + "/examples/train_loop", "--steps", "20", "--batch", "256"],
+    "pagerank": [bin_dir + "/examples/pagerank", "--nodes", "4000", "--vectors", "64", "--iterations", "20"],
+    "image_batch": [bin_dir + "/examples/image_batch", "--images", "20", "--size", "512", "--out-size", "256"],
+    "torch_sidetask": [sys.executable, "-m", "freeride.examples.torch_sidetask", "--steps", "20"],
+}
+res = {}
+for name, cmd in runs.items():
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd + ["--device", "0", "--standalone"], capture_output=True, text=True, timeout=45)
+        last = (p.stdout.strip().splitlines() or [""])[-1]
+        try:
+            summary = json.loads(last)
+        except ValueError:
+            summary = None
+        res[name] = {"rc": p.returncode, "seconds": round(time.time() - t0, 1), "summary": summary,
+                     "stderr_tail": p.stderr[-800:]}
+    except Exception as e:
+        res[name] = {"rc": None, "error": repr(e)}
+    s = res[name].get("summary") or {}
+    print("[%s +0s] sdk_tasks: %s rc=%s state=%s steps=%s gpu_busy_ms=%s last_step_ms=%s" % (
+        time.strftime("%H:%M:%S"), name, res[name].get("rc"), s.get("state"), s.get("steps"),
+        s.get("gpu_busy_ms"), s.get("last_step_ms")), flush=True)
+json.dump(res, open(out, "w"), indent=1)
+sys.exit(0 if all(r.get("rc") == 0 and (r.get("summary") or {}).get("state") == "finished" for r in res.values()) else 1)
 PY
-else
-    echo '{"rc": null, "output_tail": "target/release/examples/train_loop not carried"}' >"$RES/sdk_probe.json"
-fi
 
 # ---------------------------------------------------------------- 3. gating, default time-slicing
 step gating_default 150 "$PY" "$GPU/gating.py" --mode default --bin "$BIN" --python "$PY" \

@@ -18,9 +18,13 @@ pub struct AgentArgs {
     /// Session directory (default: $FREERIDE_DIR, else /dev/shm/freeride-<uid>).
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Serve Prometheus metrics on 127.0.0.1:PORT (0: no metrics endpoint).
+    /// Serve Prometheus metrics on 127.0.0.1:PORT (0: no metrics endpoint); --metrics-addr wins.
     #[arg(long, default_value_t = 9464)]
     metrics_port: u16,
+    /// Serve Prometheus metrics on ADDR (HOST:PORT, e.g. 0.0.0.0:9464 for a scraper on another
+    /// host; `off`: none). Default: 127.0.0.1:<--metrics-port>.
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<String>,
     /// How often the rings are read while any process is watched, in microseconds (an idle node:
     /// every 5 ms).
     #[arg(long, default_value_t = 50)]
@@ -88,6 +92,21 @@ fn serve_metrics(listener: TcpListener, text: Arc<Mutex<String>>) {
     }
 }
 
+/// The metrics endpoint's address (None: none), checked to be HOST:PORT.
+fn metrics_addr(a: &AgentArgs) -> Result<Option<String>, String> {
+    let addr = match a.metrics_addr.as_deref() {
+        Some("off") => return Ok(None),
+        Some(addr) => addr.to_string(),
+        None if a.metrics_port == 0 => return Ok(None),
+        None => return Ok(Some(format!("127.0.0.1:{}", a.metrics_port))),
+    };
+    match std::net::ToSocketAddrs::to_socket_addrs(addr.as_str()).map(|mut it| it.next()) {
+        Ok(Some(_)) => Ok(Some(addr)),
+        Ok(None) => Err(format!("--metrics-addr {addr}: resolves to no address")),
+        Err(e) => Err(format!("--metrics-addr {addr}: not HOST:PORT ({e})")),
+    }
+}
+
 pub fn main(a: AgentArgs) -> i32 {
     if let Some(d) = a.duration {
         if !(d.is_finite() && d > 0.0) {
@@ -95,6 +114,13 @@ pub fn main(a: AgentArgs) -> i32 {
             return 2;
         }
     }
+    let addr = match metrics_addr(&a) {
+        Ok(addr) => addr,
+        Err(e) => {
+            eprintln!("freeride agent: {e}");
+            return 2;
+        }
+    };
     let dir = a.dir.clone().unwrap_or_else(session::resolve_dir);
     if let Err(e) = session::ensure_dir(&dir) {
         eprintln!("freeride agent: session directory {}: {e}", dir.display());
@@ -108,20 +134,15 @@ pub fn main(a: AgentArgs) -> i32 {
         }
     };
     let metrics = Arc::new(Mutex::new(String::new()));
-    if a.metrics_port != 0 {
-        match TcpListener::bind(("127.0.0.1", a.metrics_port)) {
+    if let Some(addr) = addr {
+        match TcpListener::bind(addr.as_str()) {
             Ok(l) => {
                 let m = metrics.clone();
+                let shown = l.local_addr().map_or(addr, |a| a.to_string());
                 std::thread::spawn(move || serve_metrics(l, m));
-                eprintln!(
-                    "freeride agent: metrics on http://127.0.0.1:{}/metrics",
-                    a.metrics_port
-                );
+                eprintln!("freeride agent: metrics on http://{shown}/metrics");
             }
-            Err(e) => eprintln!(
-                "freeride agent: no metrics endpoint (port {}: {e})",
-                a.metrics_port
-            ),
+            Err(e) => eprintln!("freeride agent: no metrics endpoint ({addr}: {e})"),
         }
     }
     // SAFETY: the handler only stores to an atomic (async-signal-safe).

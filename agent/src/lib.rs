@@ -1,9 +1,12 @@
 //! The freeride agent's library: bubble inference and the pieces the `freeride` binary is built from.
 pub mod bell;
+pub mod bundled;
 pub mod collect;
+pub mod doctor;
 pub mod evict;
 pub mod grants;
 pub mod inference;
+pub mod layout;
 pub mod node;
 pub mod report;
 pub mod sidetasks;

@@ -3,6 +3,7 @@ use clap::{Parser, Subcommand};
 
 mod agent_cmd;
 mod demo_cmd;
+mod doctor_cmd;
 mod report_cmd;
 mod run_cmd;
 mod sim_cmd;
@@ -33,6 +34,9 @@ enum Command {
     Demo(demo_cmd::DemoArgs),
     /// Run the simulated pipeline (pipesim) under freeride with the agent and score its bubbles.
     Sim(sim_cmd::SimArgs),
+    /// Check this node (driver, /dev/shm, MPS, permissions) and, given a command, that the
+    /// interposer loads into it and sees its launches.
+    Doctor(doctor_cmd::DoctorArgs),
 }
 
 fn main() {
@@ -44,6 +48,7 @@ fn main() {
         Command::Agent(a) => agent_cmd::main(a),
         Command::Status(a) => status_cmd::main(a),
         Command::Report(a) => report_cmd::main(a),
+        Command::Doctor(a) => doctor_cmd::main(a),
     };
     std::process::exit(code)
 }

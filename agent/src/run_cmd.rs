@@ -2,9 +2,10 @@
 //!
 //! Execs CMD (same pid, signals and exit status as CMD itself) with `LD_PRELOAD` prepended with
 //! libfreeride.so, `FREERIDE_ROLE` and `FREERIDE_DIR` set, after creating the session directory
-//! (mode 0700). The library is `$FREERIDE_LIB`, else `libfreeride.so` next to this executable,
-//! else `../lib/libfreeride.so` relative to it. A side task is started at a low CPU priority (nice
-//! 19 unless `--nice` or `FREERIDE_SIDETASK_NICE` says otherwise; see `freeride_abi::cpu`).
+//! (mode 0700). The library is `$FREERIDE_LIB`, else `libfreeride.so` installed beside this
+//! executable, else the copy it carries (`freeride_agent::layout::interposer`). A side task is
+//! started at a low CPU priority (nice 19 unless `--nice` or `FREERIDE_SIDETASK_NICE` says
+//! otherwise; see `freeride_abi::cpu`).
 use clap::{Args, ValueEnum};
 use freeride_abi::{cpu, env, session};
 use std::os::unix::process::CommandExt;
@@ -40,21 +41,6 @@ pub struct RunArgs {
     pub command: Vec<String>,
 }
 
-fn find_lib() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("FREERIDE_LIB") {
-        return Some(PathBuf::from(p));
-    }
-    let exe = std::env::current_exe().ok()?;
-    let dir = exe.parent()?;
-    [
-        dir.join("libfreeride.so"),
-        dir.join("../lib/libfreeride.so"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
-    .and_then(|p| p.canonicalize().ok())
-}
-
 pub fn main(a: RunArgs) -> i32 {
     let dir = a.dir.clone().unwrap_or_else(session::resolve_dir);
     let dir = if dir.is_relative() {
@@ -66,9 +52,12 @@ pub fn main(a: RunArgs) -> i32 {
         eprintln!("freeride run: session directory {}: {e}", dir.display());
         return 2;
     }
-    let Some(lib) = find_lib() else {
-        eprintln!("freeride run: libfreeride.so not found (set FREERIDE_LIB, or install it next to the freeride binary)");
-        return 2;
+    let lib = match freeride_agent::layout::interposer() {
+        Ok(l) => l.path().to_path_buf(),
+        Err(e) => {
+            eprintln!("freeride run: {e}");
+            return 2;
+        }
     };
     let preload = match std::env::var("LD_PRELOAD") {
         Ok(p) if !p.is_empty() => format!("{} {p}", lib.display()),

@@ -239,20 +239,9 @@ fn relearn_curve(r: &SimResult, at: usize) -> Vec<(usize, usize)> {
         .collect()
 }
 
-/// Where the binaries are: next to this executable (target/<profile>/ or an install's bin/).
+/// Where the binaries are: next to this executable (see [`crate::layout`]).
 pub fn sibling(name: &str) -> Result<PathBuf, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find my own executable: {e}"))?;
-    let dir = exe.parent().ok_or("executable has no folder")?;
-    for d in [dir.to_path_buf(), dir.join(".."), dir.join("../lib")] {
-        let p = d.join(name);
-        if p.exists() {
-            return Ok(p);
-        }
-    }
-    Err(format!(
-        "{name} not found next to {} (build the workspace: cargo build --release)",
-        exe.display()
-    ))
+    crate::layout::sibling(name)
 }
 
 /// What `freeride sim` and `freeride demo` run, next to this executable.

@@ -1,10 +1,12 @@
-//! Batch image processing as a freeride side task: resize + watermark. Small images are generated
-//! and processed for real on the CPU (bilinear resize, alpha-blended watermark, a checksum of the
-//! output); the GPU work is simulated by kernels sized by pixel counts (`h2d`, `resize`,
-//! `watermark`, `d2h`). One step = one image.
+//! Batch image processing as a freeride side task: resize + watermark. One step = one image. Its
+//! GPU work is real: the bilinear resize of its three channels as two cuBLAS GEMMs with the
+//! interpolation matrices (rows: out x in . in x 3 in; then columns: 3 out x in . in x out), on
+//! the task's stream. The host generates the images and resizes and watermarks them too, for the
+//! checksum it reports (the test bed's GPU computes nothing).
 //!
 //! `cargo run --release -p freeride-sidetask-sdk --example image_batch -- --device 0 --standalone \
 //!   --images 40 --size 96 --out-size 48`
+use freeride_sidetask::blas::Operands;
 use freeride_sidetask::cli::Args;
 use freeride_sidetask::{Ctx, Runtime, SideTask, StepOutcome, TaskResult};
 
@@ -77,26 +79,28 @@ struct Batch {
     out: usize,
     done: usize,
     checksum: u64,
-    ns_per_pixel: u64,
-    staging: Option<u64>,
+    gpu: Option<Operands>,
 }
 
 impl SideTask for Batch {
     fn init(&mut self, ctx: &mut Ctx) -> TaskResult<()> {
-        // One device staging buffer for an input and an output image.
-        let bytes = ((self.size * self.size + self.out * self.out) * 3) as u64;
-        self.staging = Some(ctx.alloc(bytes)?);
+        // The interpolation matrices, an image's channels and the intermediate, on the device.
+        let (i, o) = (self.size as u64, self.out as u64);
+        self.gpu = Some(Operands::alloc(
+            ctx,
+            3 * o * i,
+            (3 * i * i).max(i * o),
+            (3 * o * i).max(3 * o * o),
+        )?);
         Ok(())
     }
 
     fn step(&mut self, ctx: &mut Ctx) -> TaskResult<StepOutcome> {
         let src = generate(self.done, self.size);
-        let (in_px, out_px) = ((self.size * self.size) as u64, (self.out * self.out) as u64);
-        let gpu = ctx.gpu()?;
-        gpu.launch_ns("h2d_image", in_px / 4 + 1_000)?;
-        gpu.launch_ns("resize_bilinear", in_px * self.ns_per_pixel)?;
-        gpu.launch_ns("watermark", out_px * self.ns_per_pixel)?;
-        gpu.launch_ns("d2h_image", out_px / 4 + 1_000)?;
+        let (i, o) = (u32::try_from(self.size)?, u32::try_from(self.out)?);
+        let ops = self.gpu.as_ref().ok_or("init did not run")?;
+        ops.gemm(ctx, o, 3 * i, i)?; // rows: Rh (out x in) . channels (in x 3 in)
+        ops.gemm(ctx, 3 * o, o, i)?; // columns: (3 out x in) . Rw^T (in x out)
         let mut img = resize(&src, self.out, self.out);
         watermark(&mut img);
         for (k, p) in img.px.iter().enumerate() {
@@ -126,8 +130,7 @@ fn main() {
         out: args.get_u64("out-size", 48).clamp(1, 4096) as usize,
         done: 0,
         checksum: 17,
-        ns_per_pixel: args.get_u64("ns-per-pixel", 20),
-        staging: None,
+        gpu: None,
     };
     let mut rt = Runtime::new(args.config.clone()).unwrap_or_else(|e| {
         eprintln!("image_batch: {e}");
@@ -139,7 +142,7 @@ fn main() {
             s.to_json_with(serde_json::json!({
                 "images": task.done,
                 "checksum": format!("{:016x}", task.checksum),
-                "staging_allocated": task.staging.is_some(),
+                "gpu_operands": task.gpu.is_some(),
             }))
         ),
         Err(e) => {

@@ -11,7 +11,7 @@
  *         int64_t left = frst_wait_for_grant(t, 0, UINT64_MAX);   // 0: learned estimate
  *         if (left == FRST_ERR_STOPPED) break;                     // SIGTERM / frst_request_stop
  *         frst_step_begin(t);
- *         ... queue GPU work (frst_launch, or your own, synchronized before step_end) ...
+ *         ... queue GPU work (frst_gemm, or your own, synchronized before step_end) ...
  *         frst_step_end(t);                                         // learns the step duration
  *     }
  *     if (done) frst_set_state(t, FRST_STATE_FINISHED);
@@ -113,7 +113,15 @@ int64_t frst_step_end(frst_task *task);
 int32_t frst_step_fraction_fits(frst_task *task, double min_fraction, double *out_fraction);
 int32_t frst_step_begin_partial(frst_task *task, double fraction);
 
-/* Queues simulated kernel `name` running duration_ns on the task's stream (test bed). */
+/* Queues C (m x n) = A (m x k) . B (k x n) on the task's stream through cuBLAS: fp32, column-major,
+ * a/b/c device buffers from frst_alloc of at least those sizes. A real kernel on a GPU; the test
+ * bed's stand-in BLAS runs it for m*n*k/1000 ns. */
+int32_t frst_gemm(frst_task *task, uint32_t m, uint32_t n, uint32_t k, uint64_t a, uint64_t b,
+                  uint64_t c);
+/* Sets `bytes` bytes of device memory at ptr (from frst_alloc) to `value`, synchronously. */
+int32_t frst_fill(frst_task *task, uint64_t ptr, uint64_t bytes, uint8_t value);
+/* Queues simulated kernel `name` running duration_ns on the task's stream (test bed only: a real
+ * driver has no such kernel). */
 int32_t frst_launch(frst_task *task, const char *name, uint64_t duration_ns);
 /* Waits for the task's stream. */
 int32_t frst_sync(frst_task *task);

@@ -485,6 +485,46 @@ pub unsafe extern "C" fn frst_launch(
     }) as i32
 }
 
+/// Queues C (m x n) = A (m x k) . B (k x n) on the task's stream through cuBLAS (fp32,
+/// column-major; `a`, `b`, `c` device buffers from `frst_alloc` of at least those sizes): a real
+/// kernel on a GPU, timed by its shape on the test bed.
+///
+/// # Safety
+/// `task`/`h` is NULL or a live handle from `frst_create` (not yet destroyed); every other pointer
+/// is NULL or valid as `include/freeride_sidetask.h` describes.
+#[no_mangle]
+pub unsafe extern "C" fn frst_gemm(
+    h: *const FrstTask,
+    m: u32,
+    n: u32,
+    k: u32,
+    a: u64,
+    b: u64,
+    c: u64,
+) -> i32 {
+    with_task(h, |t| {
+        match t.gpu().and_then(|g| g.gemm(m, n, k, a, b, c)) {
+            Ok(()) => FRST_OK,
+            Err(e) => fail(e),
+        }
+    }) as i32
+}
+
+/// Sets `bytes` bytes of device memory at `ptr` (from `frst_alloc`) to `value`, synchronously.
+///
+/// # Safety
+/// `task`/`h` is NULL or a live handle from `frst_create` (not yet destroyed); every other pointer
+/// is NULL or valid as `include/freeride_sidetask.h` describes.
+#[no_mangle]
+pub unsafe extern "C" fn frst_fill(h: *const FrstTask, ptr: u64, bytes: u64, value: u8) -> i32 {
+    with_task(h, |t| {
+        match t.gpu().and_then(|g| g.fill(ptr, bytes, value)) {
+            Ok(()) => FRST_OK,
+            Err(e) => fail(e),
+        }
+    }) as i32
+}
+
 /// Waits for the work queued on the task's stream.
 ///
 /// # Safety

@@ -3,11 +3,16 @@
 //! stream that all of the task's work goes to, so that synchronizing that stream is the end of a
 //! step.
 //!
+//! Real kernels: [`Gpu::gemm`] queues an fp32 GEMM through cuBLAS ([`crate::blas`]) on the task's
+//! stream, on a real GPU and on the test bed alike (its stand-in BLAS times the GEMM by its
+//! shape); the examples do their GPU work so.
+//!
 //! Simulated kernels: the test bed's driver accepts any module image and runs a kernel for the
 //! nanoseconds in `kernelParams[0]` (`tests/simgpu/src/abi.rs`). [`Gpu::launch_ns`] launches such
 //! a kernel by name, so a task can say "a 300 µs kernel called `fwd_gemm`". On a real GPU these
 //! names must exist in a real module image ([`Gpu::load_module`]) and take a `u64` first
 //! parameter.
+use crate::blas::Blas;
 use crate::error::{Result, SdkError};
 use cudarc::driver::result as cu;
 use cudarc::driver::sys;
@@ -49,6 +54,8 @@ pub struct Gpu {
     step_start: Cell<Option<sys::CUevent>>,
     /// Timing events ready for reuse (all created by this Gpu).
     free_events: RefCell<Vec<sys::CUevent>>,
+    /// cuBLAS on `stream`, made at the first [`Gpu::gemm`].
+    blas: Option<Blas>,
 }
 
 /// One step's GPU work on the task's stream, bracketed by two events (from [`Gpu::end_step_mark`]).
@@ -99,6 +106,7 @@ impl Gpu {
             launches: Cell::new(0),
             step_start: Cell::new(None),
             free_events: RefCell::new(vec![]),
+            blas: None,
         })
     }
 
@@ -171,20 +179,7 @@ impl Gpu {
             return Err(SdkError::Driver("kernel belongs to another Gpu".into()));
         }
         self.make_current()?;
-        if self.first_launch_ns.get().is_none() {
-            // The step's GPU work starts here: mark it on the stream (CUDA events time it on the
-            // GPU, so a step queued behind another one is measured alone).
-            let ev = self.event()?;
-            // SAFETY: `ev` is an event of this Gpu's (current) context and `stream` is ours.
-            if let Err(e) = unsafe { cu::event::record(ev, self.stream) } {
-                self.free_events.borrow_mut().push(ev);
-                return Err(e.into());
-            }
-            if let Some(old) = self.step_start.replace(Some(ev)) {
-                self.free_events.borrow_mut().push(old);
-            }
-            self.first_launch_ns.set(Some(now_ns()));
-        }
+        self.mark_step_start()?;
         let mut ns = duration_ns;
         let mut params = [&mut ns as *mut u64 as *mut c_void];
         // SAFETY: `kernel.func` comes from a module of this Gpu that is still loaded; the single
@@ -200,6 +195,57 @@ impl Gpu {
             )?
         };
         self.launches.set(self.launches.get() + 1);
+        Ok(())
+    }
+
+    /// Records the step's start event before its first launch: CUDA events time the step on the
+    /// GPU, so a step queued behind another one is measured alone. The context must be current.
+    fn mark_step_start(&self) -> Result<()> {
+        if self.first_launch_ns.get().is_some() {
+            return Ok(());
+        }
+        let ev = self.event()?;
+        // SAFETY: `ev` is an event of this Gpu's (current) context and `stream` is ours.
+        if let Err(e) = unsafe { cu::event::record(ev, self.stream) } {
+            self.free_events.borrow_mut().push(ev);
+            return Err(e.into());
+        }
+        if let Some(old) = self.step_start.replace(Some(ev)) {
+            self.free_events.borrow_mut().push(old);
+        }
+        self.first_launch_ns.set(Some(now_ns()));
+        Ok(())
+    }
+
+    /// Queues C (m x n) = A (m x k) . B (k x n) on the task's stream through cuBLAS: fp32,
+    /// column-major device buffers of at least those sizes (from [`crate::Ctx::alloc`]). A real
+    /// kernel on a GPU; on the test bed it runs m*n*k/1000 ns.
+    pub fn gemm(&mut self, m: u32, n: u32, k: u32, a: u64, b: u64, c: u64) -> Result<()> {
+        self.prepare_gemm()?;
+        self.mark_step_start()?;
+        if let Some(blas) = &self.blas {
+            blas.sgemm(m, n, k, a, b, c)?;
+        }
+        self.launches.set(self.launches.get() + 1);
+        Ok(())
+    }
+
+    /// Loads cuBLAS and makes its handle (done by the first [`Gpu::gemm`] otherwise: call it in a
+    /// task's `init`, so that the first step's time is the step's own).
+    pub fn prepare_gemm(&mut self) -> Result<()> {
+        self.make_current()?;
+        if self.blas.is_none() {
+            self.blas = Some(Blas::new(self.stream as *mut c_void)?);
+        }
+        Ok(())
+    }
+
+    /// Sets `bytes` bytes of device memory at `ptr` to `byte` (synchronously), e.g. to give a
+    /// task's GEMM operands finite values.
+    pub fn fill(&self, ptr: u64, bytes: u64, byte: u8) -> Result<()> {
+        self.make_current()?;
+        // SAFETY: the caller passes a device allocation of at least `bytes` bytes.
+        unsafe { cu::memset_d8_sync(ptr as sys::CUdeviceptr, byte, bytes as usize)? };
         Ok(())
     }
 
@@ -302,6 +348,8 @@ impl Drop for Gpu {
         if self.make_current().is_err() {
             return;
         }
+        // cuBLAS's handle goes before the stream it is bound to.
+        drop(self.blas.take());
         // SAFETY: the stream and modules were created by this Gpu and are released exactly once;
         // errors on teardown are ignored (nothing useful can be done with them).
         unsafe {

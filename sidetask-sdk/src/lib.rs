@@ -9,9 +9,11 @@
 //!   invalid transitions rejected, a hook at each; SIGTERM or a [`StopFlag`] stops cleanly.
 //! * Memory ([`memory`]): allocations within the grant's `mem_budget_bytes` and a configured cap.
 //! * GPU ([`gpu`]): cudarc's driver API loaded dynamically (real driver or the test bed's
-//!   stand-in), one context + stream per task, simulated kernels by name and duration.
+//!   stand-in), one context + stream per task; real kernels as cuBLAS GEMMs ([`blas`],
+//!   [`Gpu::gemm`]: they run on a GPU and on the test bed's stand-in BLAS alike), simulated
+//!   kernels by name and duration (test bed only).
 //! * C ABI ([`ffi`], `include/freeride_sidetask.h`, `libfreeride_sidetask.so`) and a Python
-//!   wrapper (`python/freeride_sidetask.py`).
+//!   package (`python/freeride/`: `import freeride`).
 //!
 //! Files: reads `<session>/grant-gpu<device>` (mapped read-only; written by the agent), writes
 //! `<session>/sidetask-<pid>.json` (status). `<session>` is `session_dir`, else `FREERIDE_DIR`,
@@ -21,8 +23,10 @@
 //! says so once on stderr; with `no_agent = standalone` (or `FREERIDE_SIDETASK_STANDALONE=1`) it
 //! runs freely instead, as if the whole GPU were granted — for development and tests. A live
 //! agent's grant is always obeyed.
+pub mod blas;
 pub mod cli;
 pub mod config;
+pub mod double_gate;
 pub mod error;
 pub mod estimator;
 pub mod ffi;

@@ -134,6 +134,9 @@ impl Pacer {
     /// `mode`: "iterative" or "imperative" (shown in the status file).
     pub fn new(cfg: TaskConfig, mode: &'static str) -> Result<Pacer> {
         cfg.validate()?;
+        if mode == "iterative" {
+            crate::double_gate::refuse_if_gated(&cfg.name)?;
+        }
         if cfg.handle_sigterm {
             crate::stop::install_sigterm_handler();
         }

@@ -101,3 +101,16 @@ fn agent_rejects_bad_duration() {
         rejects(&["agent", "--metrics-port", "0", v], &["--duration"]);
     }
 }
+
+#[test]
+fn agent_rejects_a_metrics_address_that_is_not_host_port() {
+    rejects(
+        &["agent", "--metrics-addr", "nonsense"],
+        &["--metrics-addr", "nonsense", "HOST:PORT"],
+    );
+}
+
+#[test]
+fn doctor_rejects_a_bad_probe_timeout() {
+    rejects(&["doctor", "--probe-timeout", "0"], &["--probe-timeout"]);
+}
