@@ -9,7 +9,8 @@
 //! * a safe reader for the agent that validates every byte it reads from shared memory ([`reader`]);
 //! * the per-GPU grant control block of the side-task gate ([`grant`]);
 //! * the CPU priority side tasks take ([`cpu`]);
-//! * the session doorbell that wakes the agent ([`doorbell`]).
+//! * the session doorbell that wakes the agent ([`doorbell`]);
+//! * folders that must not outlive their process, for tests and tools ([`scratch`]).
 //!
 //! Everything in shared memory is little-endian, fixed-size, and only ever accessed through atomics,
 //! so a hostile or corrupt writer can make a reader see garbage values but never crash it.
@@ -22,6 +23,7 @@ pub mod grant_shm;
 pub mod json;
 pub mod reader;
 pub mod ring;
+pub mod scratch;
 pub mod session;
 pub mod shm_file;
 

@@ -35,6 +35,8 @@ pub fn gate_side_bin(tag: &str) -> PathBuf {
     }
     let d = std::env::temp_dir().join(format!("freeride-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&d).expect("temp folder");
+    // Callers keep it in a static for every test of their binary: removed at its exit.
+    freeride_abi::scratch::remove_at_exit(&d);
     let out = d.join("gate_side");
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../cprogs/gate_side.c");
     let o = std::process::Command::new("cc")

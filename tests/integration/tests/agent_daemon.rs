@@ -11,6 +11,7 @@ fn session(tag: &str) -> std::path::PathBuf {
         std::process::id()
     ));
     let _ = std::fs::remove_dir_all(&d);
+    freeride_abi::scratch::remove_at_exit(&d);
     d
 }
 

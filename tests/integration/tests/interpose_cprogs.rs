@@ -45,6 +45,8 @@ fn bin() -> &'static Path {
         let _ = std::fs::remove_dir_all(&d);
         let lib = d.join("lib");
         std::fs::create_dir_all(&lib).unwrap();
+        // Kept for every test of this binary (a static is never dropped): removed at its exit.
+        freeride_abi::scratch::remove_at_exit(&d);
         let s = src();
         let sp = |n: &str| s.join(n).to_str().unwrap().to_string();
         let lp = |n: &str| lib.join(n).to_str().unwrap().to_string();
