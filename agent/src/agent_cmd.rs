@@ -5,10 +5,10 @@ use freeride_abi::{now_ns, session};
 use freeride_agent::grants::GrantPolicy;
 use freeride_agent::node::Node;
 use freeride_agent::watchdog::WatchdogPolicy;
-use freeride_agent::{report, status};
+use freeride_agent::{claim, report, status};
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,7 +23,7 @@ pub struct AgentArgs {
     metrics_port: u16,
     /// How often the rings are read while any process is watched, in microseconds (an idle node:
     /// every 5 ms).
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 50, value_parser = pipesim::cli::at_least_one::<u64>)]
     poll_us: u64,
     /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
     #[arg(long)]
@@ -55,24 +55,6 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::Release);
 }
 
-/// Claims the session's agent pid file; refuses if a live agent holds it.
-fn claim(dir: &Path) -> Result<PathBuf, String> {
-    let path = dir.join(session::AGENT_PID_FILE);
-    if let Ok(text) = std::fs::read_to_string(&path) {
-        if let Ok(pid) = text.trim().parse::<u32>() {
-            if pid != std::process::id() && session::pid_alive(pid) {
-                return Err(format!(
-                    "another agent (pid {pid}) serves {}",
-                    dir.display()
-                ));
-            }
-        }
-    }
-    std::fs::write(&path, format!("{}\n", std::process::id()))
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    Ok(path)
-}
-
 fn serve_metrics(listener: TcpListener, text: Arc<Mutex<String>>) {
     for stream in listener.incoming() {
         let Ok(mut s) = stream else { continue };
@@ -100,10 +82,11 @@ pub fn main(a: AgentArgs) -> i32 {
         eprintln!("freeride agent: session directory {}: {e}", dir.display());
         return 2;
     }
-    let pid_file = match claim(&dir) {
-        Ok(p) => p,
+    // Held until this function returns: exactly one agent serves a directory.
+    let claim = match claim::claim(&dir) {
+        Ok(c) => c,
         Err(e) => {
-            eprintln!("freeride agent: {e}");
+            eprintln!("freeride agent: {e} {}", dir.display());
             return 1;
         }
     };
@@ -146,7 +129,6 @@ pub fn main(a: AgentArgs) -> i32 {
             Ok(f) => Some(std::io::BufWriter::new(f)),
             Err(e) => {
                 eprintln!("freeride agent: cannot open {}: {e}", p.display());
-                let _ = std::fs::remove_file(&pid_file);
                 return 2;
             }
         },
@@ -186,6 +168,7 @@ pub fn main(a: AgentArgs) -> i32 {
             if let Some(wd) = node.watchdog() {
                 state["sidetasks"] = status::watchdog_json(wd);
             }
+            state["sidetasks"]["tasks"] = status::sidetasks_json(&dir, &procs);
             if let Err(e) = status::publish(&dir, &state) {
                 eprintln!("freeride agent: cannot publish state: {e}");
             }
@@ -201,8 +184,9 @@ pub fn main(a: AgentArgs) -> i32 {
         }
         node.wait(a.poll_us.max(1).saturating_mul(1000));
     }
-    let _ = std::fs::remove_file(&pid_file);
     let _ = std::fs::remove_file(dir.join(status::STATUS_FILE));
+    node.remove_files();
+    drop(claim);
     eprintln!("freeride agent: stopped; {bubbles} bubbles found");
     0
 }

@@ -2,7 +2,9 @@
 //! sleeps until a trainer's comm poller rings (or [`QUIET_WAIT_NS`] passes) instead of waking
 //! every poll interval.
 use crate::inference::Ns;
-use freeride_abi::doorbell::Doorbell;
+use freeride_abi::doorbell::{Doorbell, DOORBELL_FILE};
+use freeride_abi::session;
+use freeride_abi::shm_file::file_id;
 use std::path::{Path, PathBuf};
 
 /// The longest sleep on the doorbell between bubbles: what else the agent does (new rings,
@@ -88,6 +90,28 @@ impl Bell {
         }
         if let Some(d) = &self.door {
             self.seen = d.seq();
+        }
+    }
+
+    /// At the agent's exit: removes the doorbell it made or took over, unless a live process
+    /// still has a ring in the directory (that trainer's comm poller maps the doorbell and rings
+    /// it; the next agent takes the same file over, so the poller's mapping stays the one in
+    /// use). A poller whose doorbell disappeared notices within its next check and looks for a
+    /// new one (see `interpose/src/comm.rs`).
+    pub fn remove_at_exit(&mut self) {
+        let Some(d) = self.door.take() else { return };
+        let live = session::list_rings(&self.dir)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|p| {
+                p.file_name()?
+                    .to_str()
+                    .and_then(session::parse_ring_file_name)
+            })
+            .any(|(pid, _)| session::pid_running(pid));
+        let path = self.dir.join(DOORBELL_FILE);
+        if !live && file_id(&path) == Some(d.file_id()) {
+            let _ = std::fs::remove_file(&path);
         }
     }
 
