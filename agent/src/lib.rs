@@ -1,5 +1,6 @@
 //! The freeride agent's library: bubble inference and the pieces the `freeride` binary is built from.
 pub mod bell;
+pub mod claim;
 pub mod collect;
 pub mod evict;
 pub mod grants;
@@ -8,6 +9,8 @@ pub mod node;
 pub mod report;
 pub mod sidetasks;
 pub mod sim;
+pub mod sim_procs;
+pub mod sim_report;
 pub mod status;
 pub mod timeline;
 pub mod watchdog;

@@ -19,6 +19,24 @@ pub enum StyleArg {
     Blocking,
 }
 
+/// A count's value: a whole number, at least 1. Clap names the flag and the value around the
+/// message ("invalid value '-1' for '--stages <STAGES>': must be at least 1"); a command that
+/// takes such flags sets `allow_negative_numbers`, so that `-1` reads as a value, not a flag.
+pub fn at_least_one<T>(s: &str) -> Result<T, String>
+where
+    T: std::str::FromStr + PartialOrd + From<u8>,
+{
+    match s.trim().parse::<T>() {
+        Ok(v) if v >= T::from(1) => Ok(v),
+        Ok(_) => Err("must be at least 1".into()),
+        Err(_) => match s.trim().parse::<i128>() {
+            Ok(n) if n < 1 => Err("must be at least 1".into()),
+            Ok(_) => Err("too large".into()),
+            Err(_) => Err("must be a whole number, at least 1".into()),
+        },
+    }
+}
+
 /// The flags that describe a simulated training job.
 #[derive(Args, Clone, Debug)]
 pub struct JobArgs {
@@ -26,13 +44,13 @@ pub struct JobArgs {
     #[arg(long, value_enum, default_value = "1f1b")]
     pub schedule: ScheduleArg,
     /// Pipeline stages (one process and one simulated GPU each).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = at_least_one::<u32>)]
     pub stages: u32,
     /// Micro-batches per iteration.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = at_least_one::<u32>)]
     pub microbatches: u32,
     /// Model chunks per rank (interleaved only; default 2 there, 1 otherwise).
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one::<u32>)]
     pub chunks: Option<u32>,
     /// Forward time of one micro-batch on one stage, ms.
     #[arg(long, default_value_t = 10.0)]
@@ -53,13 +71,13 @@ pub struct JobArgs {
     #[arg(long, value_enum, default_value = "batched")]
     pub style: StyleArg,
     /// Training iterations (the first is left out of the report).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = at_least_one::<u32>)]
     pub iterations: u32,
     /// Change the micro-batch count from iteration ITER (0-based) on (with --then-microbatches).
-    #[arg(long, value_name = "ITER", requires = "then_microbatches")]
+    #[arg(long, value_name = "ITER", requires = "then_microbatches", value_parser = at_least_one::<u32>)]
     pub change_at: Option<u32>,
     /// The micro-batch count from --change-at on.
-    #[arg(long, value_name = "M", requires = "change_at")]
+    #[arg(long, value_name = "M", requires = "change_at", value_parser = at_least_one::<u32>)]
     pub then_microbatches: Option<u32>,
 }
 

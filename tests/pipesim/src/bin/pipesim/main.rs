@@ -7,7 +7,7 @@
 use clap::Parser;
 use pipesim::cli::JobArgs;
 use pipesim::config::{env, JobConfig};
-use pipesim::{sim, standins, truth};
+use pipesim::{devices, procs, sim, standins, truth};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode};
@@ -59,11 +59,17 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // SIGINT/SIGTERM/SIGHUP: the stages are killed and every folder made here removed (the
+    // guards in `run` drop on the way out), then the exit status says which signal it was.
+    procs::interrupt::install();
     match run(&cli, &cfg, truth_path) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("pipesim: {e}");
-            ExitCode::from(1)
+            match procs::interrupt::pending() {
+                Some(sig) => ExitCode::from(procs::interrupt::exit_code(sig) as u8),
+                None => ExitCode::from(1),
+            }
         }
     }
 }
@@ -72,7 +78,9 @@ fn config(cli: &Cli) -> Result<(JobConfig, Option<PathBuf>), String> {
     if !(cli.timeout.is_finite() && cli.timeout > 0.0) {
         return Err("--timeout must be a positive number of seconds".into());
     }
-    Ok((cli.job.to_config()?, cli.truth.clone()))
+    let cfg = cli.job.to_config()?;
+    devices::for_job(cfg.shape.stages)?;
+    Ok((cfg, cli.truth.clone()))
 }
 
 /// Removes a folder at the end of the run.
@@ -152,9 +160,14 @@ fn run(cli: &Cli, cfg: &JobConfig, truth_path: Option<PathBuf>) -> Result<(), St
         cfg.iterations
     );
     let cfg_json = serde_json::to_string(cfg).map_err(|e| e.to_string())?;
+    let devices = devices::for_job(cfg.shape.stages)?;
     let mut children: Vec<Child> = Vec::with_capacity(p);
     for r in 0..p {
-        let child = Command::new(&stage_exe)
+        let mut cmd = Command::new(&stage_exe);
+        // A stage dies with the launcher, however the launcher ends.
+        procs::tie_to_parent(&mut cmd, false, libc::SIGKILL);
+        let child = cmd
+            .env(devices::SIM_DEVICES, devices.to_string())
             .env(env::RANK, r.to_string())
             .env(env::WORLD_SIZE, p.to_string())
             .env(env::JOB_DIR, &job_dir)
@@ -172,6 +185,9 @@ fn run(cli: &Cli, cfg: &JobConfig, truth_path: Option<PathBuf>) -> Result<(), St
         }
     }
     wait_all(&mut children, Duration::from_secs_f64(cli.timeout))?;
+    if let Some(sig) = procs::interrupt::pending() {
+        return Err(format!("interrupted ({})", procs::interrupt::name(sig)));
+    }
 
     let (records, bad) = truth::read_trace(&trace)
         .map_err(|e| format!("reading the truth {}: {e}", trace.display()))?;
@@ -281,6 +297,13 @@ fn wait_all(children: &mut [Child], timeout: Duration) -> Result<(), String> {
                     return Err(format!("stage {r}: wait failed: {e}"));
                 }
             }
+        }
+        if let Some(sig) = procs::interrupt::pending() {
+            kill_all(children);
+            return Err(format!(
+                "interrupted ({}); stages killed",
+                procs::interrupt::name(sig)
+            ));
         }
         if Instant::now() > deadline {
             kill_all(children);

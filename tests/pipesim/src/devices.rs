@@ -1,0 +1,29 @@
+//! How many simulated GPUs a job gets: the simulated GPU's device count, `FREERIDE_SIM_DEVICES`
+//! (read by every process of the test bed; default 8, at most 64: see `simgpu/src/config.rs`).
+//! A job of P stages needs P of them (one per rank): `pipesim` and `freeride sim` give their
+//! processes enough when the variable is not set, and refuse a job that needs more than it says.
+
+/// The variable (`simgpu::abi::env::SIM_DEVICES`; pipesim does not link simgpu).
+pub const SIM_DEVICES: &str = "FREERIDE_SIM_DEVICES";
+/// The simulated GPU's default device count (`simgpu::config::DEFAULT_DEVICES`).
+pub const DEFAULT_DEVICES: u32 = 8;
+
+/// The device count for a job of `stages` ranks: `FREERIDE_SIM_DEVICES` if set, else enough for
+/// the job (the default, or more). Err, naming both, when the variable is set to fewer devices
+/// than the job needs or is not a number.
+pub fn for_job(stages: u32) -> Result<u32, String> {
+    match std::env::var(SIM_DEVICES)
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+    {
+        None => Ok(stages.max(DEFAULT_DEVICES)),
+        Some(v) => match v.trim().parse::<u32>() {
+            Ok(n) if n >= stages => Ok(n),
+            Ok(n) => Err(format!(
+                "--stages {stages} needs {stages} simulated GPUs, but {SIM_DEVICES}={n} (unset it, \
+                 or set it to at least {stages})"
+            )),
+            Err(_) => Err(format!("{SIM_DEVICES}={v} is not a number of devices")),
+        },
+    }
+}
