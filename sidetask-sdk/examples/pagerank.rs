@@ -6,7 +6,7 @@
 //!
 //! `cargo run --release -p freeride-sidetask-sdk --example pagerank -- --device 0 --standalone \
 //!   --nodes 20000 --degree 8 --iterations 50`
-use freeride_sidetask::cli::Args;
+use freeride_sidetask::cli::{opt, Args, TaskOption};
 use freeride_sidetask::{Ctx, Runtime, SideTask, StepOutcome, TaskResult};
 
 struct Graph {
@@ -144,8 +144,27 @@ impl SideTask for PageRank {
     }
 }
 
+/// This task's own options (`--help` lists them with the common ones).
+const OPTIONS: [TaskOption; 8] = [
+    opt("nodes", "graph nodes (default 20000)"),
+    opt("degree", "edges per node (default 8)"),
+    opt("seed", "graph seed (default 42)"),
+    opt("damping", "damping factor (default 0.85)"),
+    opt(
+        "tol",
+        "stop when an iteration changes the ranks by less (default 1e-9)",
+    ),
+    opt("iterations", "power iterations at most (default 50)"),
+    opt("ns-per-edge", "simulated GPU ns per edge (default 2)"),
+    opt("ns-per-node", "simulated GPU ns per node (default 4)"),
+];
+
 fn main() {
-    let args = Args::from_env("pagerank");
+    let args = Args::from_env(
+        "pagerank",
+        "PageRank on a generated graph, one power iteration per step",
+        &OPTIONS,
+    );
     let n = args.get_u64("nodes", 20_000) as usize;
     let degree = args.get_u64("degree", 8) as usize;
     let graph = generate(n.max(2), degree.max(1), args.get_u64("seed", 42));
