@@ -2,7 +2,8 @@
 //!
 //! Execs CMD (same pid, signals and exit status as CMD itself) with `LD_PRELOAD` prepended with
 //! libfreeride.so, `FREERIDE_ROLE` and `FREERIDE_DIR` set, after creating the session directory
-//! (mode 0700). The library is `$FREERIDE_LIB`, else `libfreeride.so` next to this executable,
+//! (mode 0700). When the directory is unusable (a symlink, another user's, open to others), a
+//! trainer still runs, unobserved, with one warning line; a side task is refused (exit 2). The library is `$FREERIDE_LIB`, else `libfreeride.so` next to this executable,
 //! else `../lib/libfreeride.so` relative to it. A side task is started at a low CPU priority (nice
 //! 19 unless `--nice` or `FREERIDE_SIDETASK_NICE` says otherwise; see `freeride_abi::cpu`).
 use clap::{Args, ValueEnum};
@@ -62,10 +63,27 @@ pub fn main(a: RunArgs) -> i32 {
     } else {
         dir
     };
-    if let Err(e) = session::ensure_dir(&dir) {
-        eprintln!("freeride run: session directory {}: {e}", dir.display());
-        return 2;
-    }
+    // A bad session directory: a trainer runs, unobserved (freeride must never keep a training
+    // job from running); a side task is refused, since without a session directory its launches
+    // could not be gated and it would run freely beside the trainer.
+    let dir_ok = match session::ensure_dir(&dir) {
+        Ok(()) => true,
+        Err(e) => {
+            if let RoleArg::Sidetask = a.role {
+                eprintln!(
+                    "freeride run: session directory {}: {e}; a side task is not started \
+                     without one (it could not be gated and would slow the trainer)",
+                    dir.display()
+                );
+                return 2;
+            }
+            eprintln!(
+                "freeride run: warning: session directory {}: {e}; the trainer runs unobserved",
+                dir.display()
+            );
+            false
+        }
+    };
     let Some(lib) = find_lib() else {
         eprintln!("freeride run: libfreeride.so not found (set FREERIDE_LIB, or install it next to the freeride binary)");
         return 2;
@@ -104,6 +122,10 @@ pub fn main(a: RunArgs) -> i32 {
         .env("LD_PRELOAD", preload)
         .env(env::ROLE, role)
         .env(env::DIR, &dir);
+    if !dir_ok {
+        // Said once, here: the interposer of the trainer (and of its children) stays quiet.
+        cmd.env(env::DIR_REPORTED, &dir);
+    }
     if let Some(t) = &a.trace {
         cmd.env(env::TRACE, t);
     }

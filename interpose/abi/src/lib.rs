@@ -52,6 +52,9 @@ pub mod env {
     pub const DOORBELL: &str = "FREERIDE_DOORBELL";
     /// `1` disables all recording (pure pass-through), for A/B measurements.
     pub const DISABLE: &str = "FREERIDE_DISABLE";
+    /// Set by `freeride run` to the session directory it already reported as unusable: the
+    /// interposer does not say it again (see `interpose/src/session_check.rs`).
+    pub const DIR_REPORTED: &str = "FREERIDE_DIR_REPORTED";
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the one clock of freeride and of the test bed.

@@ -485,10 +485,13 @@ fn signals_never_deadlock() {
     assert!(get(&m, "launch", "__cudaLaunchKernel") <= 200_000 + hits);
 }
 
+/// A program that never calls CUDA runs as without freeride: no ring, no event. Traced
+/// (`FREERIDE_TRACE`, a debugging view), the interposer initializes at load time, so the trace
+/// still shows it was there: its process_start and process_exit lines, nothing else.
 #[test]
 fn no_cuda_runs_exactly_as_without_freeride() {
     let plain = run_with("nocuda", &[], &[], false);
-    let hooked = run_with("nocuda", &[], &[], true);
+    let hooked = run_with("nocuda", &[], &[("FREERIDE_TRACE", "")], true);
     assert_eq!(plain.stdout, hooked.stdout);
     assert!(hooked.events.is_empty());
     assert!(
@@ -497,6 +500,19 @@ fn no_cuda_runs_exactly_as_without_freeride() {
             .next()
             .is_none(),
         "no ring without CUDA use"
+    );
+    let traced = run("nocuda");
+    assert_eq!(plain.stdout, traced.stdout);
+    let kinds: Vec<&str> = traced
+        .events
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap_or("?"))
+        .collect();
+    assert_eq!(
+        kinds,
+        ["process_start", "process_exit"],
+        "{:?}",
+        traced.events
     );
 }
 
