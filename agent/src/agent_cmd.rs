@@ -15,7 +15,8 @@ use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct AgentArgs {
-    /// Session directory (default: $FREERIDE_DIR, else /dev/shm/freeride-<uid>).
+    /// Session directory (default: $FREERIDE_DIR, else /dev/shm/freeride-<uid>). One agent per
+    /// directory: a second one is refused (exit status 1).
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Serve Prometheus metrics on 127.0.0.1:PORT (0: no metrics endpoint).

@@ -173,4 +173,30 @@ mod tests {
         assert!(t0.elapsed() < std::time::Duration::from_secs(30));
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    /// At its exit the agent removes the doorbell, unless a live process still has a ring in the
+    /// directory (its comm poller rings that file, and the next agent takes it over).
+    #[test]
+    fn the_doorbell_goes_at_exit_unless_a_live_process_rings_it() {
+        let dir = crate::sim::ScratchDir::new("bell-exit").unwrap();
+        let bell_file = dir.0.join(DOORBELL_FILE);
+        let ring = dir.0.join(session::ring_file_name(std::process::id(), 1));
+        std::fs::write(&ring, b"").unwrap();
+        let mut b = Bell::new(&dir.0);
+        b.step_begins(1);
+        assert!(b.ready() && bell_file.exists());
+        b.remove_at_exit();
+        assert!(
+            bell_file.exists(),
+            "removed while a live process has a ring"
+        );
+        std::fs::remove_file(&ring).unwrap();
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        gone.wait().unwrap();
+        std::fs::write(dir.0.join(session::ring_file_name(gone.id(), 1)), b"").unwrap();
+        let mut b = Bell::new(&dir.0);
+        b.step_begins(1);
+        b.remove_at_exit();
+        assert!(!bell_file.exists(), "kept for a process that is gone");
+    }
 }

@@ -22,7 +22,9 @@ pub struct RunArgs {
     /// Role of the process: a trainer is observed; a side task is gated at its launches.
     #[arg(long, value_enum, default_value = "trainer")]
     pub role: RoleArg,
-    /// Session directory (default: $FREERIDE_DIR, else /dev/shm/freeride-<uid>).
+    /// Session directory (default: $FREERIDE_DIR, else /dev/shm/freeride-<uid>). If it is
+    /// unusable (a symlink, another user's, open to others), a trainer runs unobserved and a side
+    /// task is refused.
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// Also write every event as a JSON line to this file (FREERIDE_TRACE).

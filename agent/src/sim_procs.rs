@@ -156,6 +156,39 @@ pub fn remove_stale_scratch(base: &Path, tag: &str) {
 mod tests {
     use super::*;
 
+    /// A failed job's error names its cause: the last lines it wrote (the error used to end in
+    /// a colon with nothing after it when its stderr went to the terminal), and the side tasks
+    /// that ended while it ran are told apart from those still running.
+    #[test]
+    fn a_job_keeps_its_last_lines_and_early_side_task_ends() {
+        let mut cmd = Command::new("sh");
+        cmd.args([
+            "-c",
+            "echo 'pipesim: starting' >&2; sleep 0.3; \
+             echo 'pipesim-stage rank 8: cudaSetDevice failed: 101' >&2; \
+             echo 'pipesim: stage 8 died: exit status 1' >&2; exit 1",
+        ]);
+        let mut side = vec![
+            Command::new("sh").args(["-c", "exit 3"]).spawn().unwrap(),
+            Command::new("sleep").arg("30").spawn().unwrap(),
+        ];
+        let out = run_job(cmd, false, &mut side).unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        assert_eq!(
+            out.tail.last().map(String::as_str),
+            Some("pipesim: stage 8 died: exit status 1")
+        );
+        assert!(out.tail.iter().any(|l| l.contains("cudaSetDevice failed")));
+        assert_eq!(out.sidetask_ends.len(), 1, "{:?}", out.sidetask_ends);
+        assert_eq!(out.sidetask_ends[0].pid, side[0].id());
+        assert_eq!(out.sidetask_ends[0].describe(), "exited with status 3");
+        stop_sidetasks(&mut side);
+        assert!(
+            side[1].try_wait().unwrap().is_some(),
+            "a side task outlived its stop"
+        );
+    }
+
     #[test]
     fn stale_scratch_folders_of_gone_processes_are_removed_and_live_ones_kept() {
         let base = crate::sim::ScratchDir::new("stale-base").unwrap();

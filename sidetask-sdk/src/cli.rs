@@ -64,13 +64,6 @@ pub struct Args {
     known: Vec<&'static str>,
 }
 
-/// What the command line asked for.
-pub enum Parsed {
-    Run(Args),
-    /// `--help` / `-h`: print [`usage`].
-    Help,
-}
-
 /// The usage text of a task named `name` with the options `options`.
 pub fn usage(name: &str, about: &str, options: &[TaskOption]) -> String {
     let mut s = format!("{name}: {about}\n\nUsage: {name} [OPTIONS]\n\nOptions of this task:\n");
@@ -100,8 +93,8 @@ impl Args {
     /// message on anything else it does not take.
     pub fn from_env(name: &str, about: &str, options: &[TaskOption]) -> Args {
         match Args::parse(name, options, std::env::args().skip(1)) {
-            Ok(Parsed::Run(a)) => a,
-            Ok(Parsed::Help) => {
+            Ok(Some(a)) => a,
+            Ok(None) => {
                 print!("{}", usage(name, about, options));
                 std::process::exit(0);
             }
@@ -112,17 +105,18 @@ impl Args {
         }
     }
 
+    /// The arguments, or `None` for `--help` / `-h` (print [`usage`]).
     pub fn parse(
         default_name: &str,
         options: &[TaskOption],
         args: impl IntoIterator<Item = String>,
-    ) -> Result<Parsed, String> {
+    ) -> Result<Option<Args>, String> {
         let mut config = TaskConfig::named(default_name);
         let mut rest = HashMap::new();
         let mut it = args.into_iter();
         while let Some(a) = it.next() {
             if a == "--help" || a == "-h" {
-                return Ok(Parsed::Help);
+                return Ok(None);
             }
             let Some(key) = a.strip_prefix("--") else {
                 return Err(format!("unexpected argument {a:?}"));
@@ -176,7 +170,7 @@ impl Args {
                 }
             }
         }
-        Ok(Parsed::Run(Args {
+        Ok(Some(Args {
             config,
             rest,
             known: options.iter().map(|o| o.key).collect(),
@@ -219,7 +213,7 @@ mod tests {
 
     const OPTS: [TaskOption; 2] = [opt("nodes", "graph nodes"), opt("tol", "tolerance")];
 
-    fn parse(args: &[&str]) -> Result<Parsed, String> {
+    fn parse(args: &[&str]) -> Result<Option<Args>, String> {
         Args::parse("t", &OPTS, args.iter().map(|s| s.to_string()))
     }
 
@@ -227,7 +221,7 @@ mod tests {
     fn unknown_options_are_refused_and_declared_ones_read() {
         let e = parse(&["--bogus", "1"]).err().unwrap();
         assert!(e.contains("unknown option --bogus"), "{e}");
-        let Ok(Parsed::Run(a)) = parse(&["--nodes", "7", "--tol=0.5", "--device", "3"]) else {
+        let Ok(Some(a)) = parse(&["--nodes", "7", "--tol=0.5", "--device", "3"]) else {
             panic!("declared options refused");
         };
         assert_eq!(a.get_u64("nodes", 1), 7);
@@ -239,7 +233,7 @@ mod tests {
     #[test]
     fn help_is_not_a_value_hungry_option() {
         for h in ["--help", "-h"] {
-            let Ok(Parsed::Help) = parse(&["--device", "0", h]) else {
+            let Ok(None) = parse(&["--device", "0", h]) else {
                 panic!("{h} not taken as help");
             };
         }

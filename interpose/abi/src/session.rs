@@ -8,10 +8,9 @@
 //!   process is gone was left by a crash mid-creation; the agent removes it.
 //! * `grant-gpu<N>`: the per-GPU grant control block of the side-task gate (see
 //!   [`crate::grant`]).
-//! * `agent.pid`: the claim of the agent that serves the directory: it holds an exclusive `flock`
-//!   on this file for its life (exactly one agent per directory, whatever the race); the file
-//!   holds its pid, as information only (a pid alone claims nothing). Removed by that agent when
-//!   it stops.
+//! * `agent.pid`: the pid of the agent that serves the directory, as information only. The claim
+//!   itself is an exclusive `flock` on the directory, held for the agent's life: exactly one agent
+//!   per directory, whatever the race (`agent/src/claim.rs`). Removed by that agent when it stops.
 //! * `doorbell`: the futex word that wakes the agent (see [`crate::doorbell`]).
 //! * `agent-status.json`: the agent's published state (for `freeride status`).
 //! * `sidetask-<pid>.json`: an SDK side task's state; the agent removes it once the process is

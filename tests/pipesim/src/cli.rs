@@ -43,7 +43,8 @@ pub struct JobArgs {
     /// Pipeline schedule.
     #[arg(long, value_enum, default_value = "1f1b")]
     pub schedule: ScheduleArg,
-    /// Pipeline stages (one process and one simulated GPU each).
+    /// Pipeline stages (one process and one simulated GPU each: the job gets as many simulated
+    /// GPUs as it needs, at least 8, unless FREERIDE_SIM_DEVICES says how many there are).
     #[arg(long, default_value_t = 4, value_parser = at_least_one::<u32>)]
     pub stages: u32,
     /// Micro-batches per iteration.
@@ -70,7 +71,8 @@ pub struct JobArgs {
     /// How stages talk: batched (Megatron) or blocking (DeepSpeed).
     #[arg(long, value_enum, default_value = "batched")]
     pub style: StyleArg,
-    /// Training iterations (the first is left out of the report).
+    /// Training iterations (pipesim's report leaves the first out; freeride sim scores those after
+    /// the second, and needs at least 3).
     #[arg(long, default_value_t = 3, value_parser = at_least_one::<u32>)]
     pub iterations: u32,
     /// Change the micro-batch count from iteration ITER (0-based) on (with --then-microbatches).

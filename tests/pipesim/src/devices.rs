@@ -12,10 +12,12 @@ pub const DEFAULT_DEVICES: u32 = 8;
 /// the job (the default, or more). Err, naming both, when the variable is set to fewer devices
 /// than the job needs or is not a number.
 pub fn for_job(stages: u32) -> Result<u32, String> {
-    match std::env::var(SIM_DEVICES)
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-    {
+    count_for(stages, std::env::var(SIM_DEVICES).ok().as_deref())
+}
+
+/// [`for_job`] with the variable's value given.
+fn count_for(stages: u32, var: Option<&str>) -> Result<u32, String> {
+    match var.filter(|v| !v.trim().is_empty()) {
         None => Ok(stages.max(DEFAULT_DEVICES)),
         Some(v) => match v.trim().parse::<u32>() {
             Ok(n) if n >= stages => Ok(n),
@@ -25,5 +27,26 @@ pub fn for_job(stages: u32) -> Result<u32, String> {
             )),
             Err(_) => Err(format!("{SIM_DEVICES}={v} is not a number of devices")),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_gets_a_gpu_per_stage_unless_told_fewer() {
+        assert_eq!(count_for(4, None), Ok(DEFAULT_DEVICES));
+        assert_eq!(count_for(16, None), Ok(16));
+        assert_eq!(count_for(16, Some(" ")), Ok(16));
+        assert_eq!(count_for(12, Some("12")), Ok(12));
+        let e = count_for(16, Some("12")).unwrap_err();
+        assert!(
+            e.contains("--stages 16") && e.contains("FREERIDE_SIM_DEVICES=12"),
+            "{e}"
+        );
+        assert!(count_for(1, Some("many"))
+            .unwrap_err()
+            .contains("not a number"));
     }
 }
