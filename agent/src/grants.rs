@@ -222,9 +222,7 @@ impl Grants {
             *current = Published::default();
         }
     }
-}
 
-impl Grants {
     /// Closes every grant and removes its block (the agent is stopping): side tasks then read "no
     /// agent" (the gate holds them, as with no block at all; the SDK follows its no-agent policy),
     /// and a mapping they hold stays valid (a removed file lives on while it is mapped). A block

@@ -3,8 +3,10 @@
 //! Execs CMD (same pid, signals and exit status as CMD itself) with `LD_PRELOAD` prepended with
 //! libfreeride.so, `FREERIDE_ROLE` and `FREERIDE_DIR` set, after creating the session directory
 //! (mode 0700). When the directory is unusable (a symlink, another user's, open to others), a
-//! trainer still runs, unobserved, with one warning line; a side task is refused (exit 2). The library is `$FREERIDE_LIB`, else `libfreeride.so` next to this executable,
-//! else `../lib/libfreeride.so` relative to it. A side task is started at a low CPU priority (nice
+//! trainer still runs, unobserved, with one warning line (freeride never keeps a training job from
+//! running); a side task is refused (exit 2: ungated, it would slow the trainer). The library is
+//! `$FREERIDE_LIB`, else `libfreeride.so` next to this executable, else `../lib/libfreeride.so`
+//! relative to it. A side task is started at a low CPU priority (nice
 //! 19 unless `--nice` or `FREERIDE_SIDETASK_NICE` says otherwise; see `freeride_abi::cpu`).
 use clap::{Args, ValueEnum};
 use freeride_abi::{cpu, env, session};
