@@ -5,17 +5,18 @@ use freeride_abi::{now_ns, session};
 use freeride_agent::grants::GrantPolicy;
 use freeride_agent::node::Node;
 use freeride_agent::watchdog::WatchdogPolicy;
-use freeride_agent::{report, status};
+use freeride_agent::{claim, report, status};
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct AgentArgs {
-    /// Session directory (default: $FREERIDE_DIR, else /dev/shm/freeride-<uid>).
+    /// Session directory (default: $FREERIDE_DIR, else /dev/shm/freeride-<uid>). One agent per
+    /// directory: a second one is refused (exit status 1).
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Serve Prometheus metrics on 127.0.0.1:PORT (0: no metrics endpoint); --metrics-addr wins.
@@ -27,7 +28,7 @@ pub struct AgentArgs {
     metrics_addr: Option<String>,
     /// How often the rings are read while any process is watched, in microseconds (an idle node:
     /// every 5 ms).
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 50, value_parser = pipesim::cli::at_least_one::<u64>)]
     poll_us: u64,
     /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
     #[arg(long)]
@@ -57,24 +58,6 @@ static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::Release);
-}
-
-/// Claims the session's agent pid file; refuses if a live agent holds it.
-fn claim(dir: &Path) -> Result<PathBuf, String> {
-    let path = dir.join(session::AGENT_PID_FILE);
-    if let Ok(text) = std::fs::read_to_string(&path) {
-        if let Ok(pid) = text.trim().parse::<u32>() {
-            if pid != std::process::id() && session::pid_alive(pid) {
-                return Err(format!(
-                    "another agent (pid {pid}) serves {}",
-                    dir.display()
-                ));
-            }
-        }
-    }
-    std::fs::write(&path, format!("{}\n", std::process::id()))
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    Ok(path)
 }
 
 fn serve_metrics(listener: TcpListener, text: Arc<Mutex<String>>) {
@@ -126,10 +109,11 @@ pub fn main(a: AgentArgs) -> i32 {
         eprintln!("freeride agent: session directory {}: {e}", dir.display());
         return 2;
     }
-    let pid_file = match claim(&dir) {
-        Ok(p) => p,
+    // Held until this function returns: exactly one agent serves a directory.
+    let claim = match claim::claim(&dir) {
+        Ok(c) => c,
         Err(e) => {
-            eprintln!("freeride agent: {e}");
+            eprintln!("freeride agent: {e} {}", dir.display());
             return 1;
         }
     };
@@ -167,7 +151,6 @@ pub fn main(a: AgentArgs) -> i32 {
             Ok(f) => Some(std::io::BufWriter::new(f)),
             Err(e) => {
                 eprintln!("freeride agent: cannot open {}: {e}", p.display());
-                let _ = std::fs::remove_file(&pid_file);
                 return 2;
             }
         },
@@ -207,6 +190,7 @@ pub fn main(a: AgentArgs) -> i32 {
             if let Some(wd) = node.watchdog() {
                 state["sidetasks"] = status::watchdog_json(wd);
             }
+            state["sidetasks"]["tasks"] = status::sidetasks_json(&dir, &procs);
             if let Err(e) = status::publish(&dir, &state) {
                 eprintln!("freeride agent: cannot publish state: {e}");
             }
@@ -222,8 +206,9 @@ pub fn main(a: AgentArgs) -> i32 {
         }
         node.wait(a.poll_us.max(1).saturating_mul(1000));
     }
-    let _ = std::fs::remove_file(&pid_file);
     let _ = std::fs::remove_file(dir.join(status::STATUS_FILE));
+    node.remove_files();
+    drop(claim);
     eprintln!("freeride agent: stopped; {bubbles} bubbles found");
     0
 }

@@ -2,7 +2,9 @@
 //! sleeps until a trainer's comm poller rings (or [`QUIET_WAIT_NS`] passes) instead of waking
 //! every poll interval.
 use crate::inference::Ns;
-use freeride_abi::doorbell::Doorbell;
+use freeride_abi::doorbell::{Doorbell, DOORBELL_FILE};
+use freeride_abi::session;
+use freeride_abi::shm_file::file_id;
 use std::path::{Path, PathBuf};
 
 /// The longest sleep on the doorbell between bubbles: what else the agent does (new rings,
@@ -91,6 +93,28 @@ impl Bell {
         }
     }
 
+    /// At the agent's exit: removes the doorbell it made or took over, unless a live process
+    /// still has a ring in the directory (that trainer's comm poller maps the doorbell and rings
+    /// it; the next agent takes the same file over, so the poller's mapping stays the one in
+    /// use). A poller whose doorbell disappeared notices within its next check and looks for a
+    /// new one (see `interpose/src/comm.rs`).
+    pub fn remove_at_exit(&mut self) {
+        let Some(d) = self.door.take() else { return };
+        let live = session::list_rings(&self.dir)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|p| {
+                p.file_name()?
+                    .to_str()
+                    .and_then(session::parse_ring_file_name)
+            })
+            .any(|(pid, _)| session::pid_running(pid));
+        let path = self.dir.join(DOORBELL_FILE);
+        if !live && file_id(&path) == Some(d.file_id()) {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+
     pub fn ready(&self) -> bool {
         self.door.is_some()
     }
@@ -148,5 +172,31 @@ mod tests {
         b.pause(Pause::Doorbell(60_000_000_000));
         assert!(t0.elapsed() < std::time::Duration::from_secs(30));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// At its exit the agent removes the doorbell, unless a live process still has a ring in the
+    /// directory (its comm poller rings that file, and the next agent takes it over).
+    #[test]
+    fn the_doorbell_goes_at_exit_unless_a_live_process_rings_it() {
+        let dir = crate::sim::ScratchDir::new("bell-exit").unwrap();
+        let bell_file = dir.0.join(DOORBELL_FILE);
+        let ring = dir.0.join(session::ring_file_name(std::process::id(), 1));
+        std::fs::write(&ring, b"").unwrap();
+        let mut b = Bell::new(&dir.0);
+        b.step_begins(1);
+        assert!(b.ready() && bell_file.exists());
+        b.remove_at_exit();
+        assert!(
+            bell_file.exists(),
+            "removed while a live process has a ring"
+        );
+        std::fs::remove_file(&ring).unwrap();
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        gone.wait().unwrap();
+        std::fs::write(dir.0.join(session::ring_file_name(gone.id(), 1)), b"").unwrap();
+        let mut b = Bell::new(&dir.0);
+        b.step_begins(1);
+        b.remove_at_exit();
+        assert!(!bell_file.exists(), "kept for a process that is gone");
     }
 }

@@ -11,8 +11,8 @@ pub struct DemoArgs {
     /// Folder for the picture (freeride-demo.svg) and the trace (freeride-demo.trace.json).
     #[arg(long, default_value = ".")]
     out: PathBuf,
-    /// Training iterations to run.
-    #[arg(long, default_value_t = 6)]
+    /// Training iterations to run (at least 3: the agent learns during the first two).
+    #[arg(long, default_value_t = 6, value_parser = pipesim::cli::at_least_one::<u32>)]
     iterations: u32,
 }
 
@@ -28,9 +28,10 @@ pub fn main(a: DemoArgs) -> i32 {
         eprintln!("freeride demo: --iterations must be at least 3 (the agent learns during two)");
         return 2;
     }
+    pipesim::procs::interrupt::install();
+    let fail = |e: String| crate::sim_cmd::fail("demo", e);
     if let Err(e) = sim::ensure_testbed_built() {
-        eprintln!("freeride demo: {e}");
-        return 1;
+        return fail(e);
     }
     let iterations = a.iterations.to_string();
     let job = Job::parse_from([
@@ -52,10 +53,7 @@ pub fn main(a: DemoArgs) -> i32 {
     eprintln!("freeride demo: 1/2: the job alone (baseline)");
     let baseline = match sim::run(&job, None, true) {
         Ok(r) => sim::score(&r, None).iteration_ms,
-        Err(e) => {
-            eprintln!("freeride demo: {e}");
-            return 1;
-        }
+        Err(e) => return fail(e),
     };
     eprintln!("freeride demo: 2/2: the job with one side task per GPU (an SDK training loop), gated by the agent's grants");
     let side = sim::SideTasks {
@@ -71,10 +69,7 @@ pub fn main(a: DemoArgs) -> i32 {
     };
     let res = match sim::run(&job, Some(&side), true) {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("freeride demo: {e}");
-            return 1;
-        }
+        Err(e) => return fail(e),
     };
     let s = sim::score(&res, None);
     let h = sim::harvest(&res);
@@ -116,6 +111,10 @@ pub fn main(a: DemoArgs) -> i32 {
         baseline,
         s.iteration_ms
     );
+    let ends = freeride_agent::sim_report::sidetask_ends_json(&res, side.per_gpu);
+    for line in freeride_agent::sim_report::sidetask_end_lines(&ends, a.iterations as u64) {
+        println!("note                     {line}");
+    }
     if let Err(e) = std::fs::create_dir_all(&a.out) {
         eprintln!("freeride demo: cannot create {}: {e}", a.out.display());
         return 1;

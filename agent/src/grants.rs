@@ -222,6 +222,19 @@ impl Grants {
             *current = Published::default();
         }
     }
+
+    /// Closes every grant and removes its block (the agent is stopping): side tasks then read "no
+    /// agent" (the gate holds them, as with no block at all; the SDK follows its no-agent policy),
+    /// and a mapping they hold stays valid (a removed file lives on while it is mapped). A block
+    /// that is no longer the one this agent made is left alone.
+    pub fn remove_blocks(&mut self) {
+        self.close_all();
+        for (w, _) in std::mem::take(&mut self.writers).into_values() {
+            if freeride_abi::shm_file::file_id(w.path()) == Some(w.id()) {
+                let _ = std::fs::remove_file(w.path());
+            }
+        }
+    }
 }
 
 impl Drop for Grants {

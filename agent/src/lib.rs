@@ -1,6 +1,7 @@
 //! The freeride agent's library: bubble inference and the pieces the `freeride` binary is built from.
 pub mod bell;
 pub mod bundled;
+pub mod claim;
 pub mod collect;
 pub mod doctor;
 pub mod evict;
@@ -13,6 +14,8 @@ pub mod sidetasks;
 pub mod sim;
 pub mod sim_gpus;
 pub mod sim_nodes;
+pub mod sim_procs;
+pub mod sim_report;
 pub mod status;
 pub mod timeline;
 pub mod watchdog;

@@ -20,19 +20,27 @@ struct Cli {
     command: Command,
 }
 
+/// Every subcommand takes `-1` as a value (`--stages -1` is refused as "must be at least 1", not
+/// as an unknown flag `-1`).
 #[derive(Subcommand)]
 enum Command {
     /// Run any command with the interposer preloaded (zero code change).
+    #[command(allow_negative_numbers = true)]
     Run(run_cmd::RunArgs),
     /// The per-node daemon: infers every GPU's bubbles from the rings, publishes state and metrics.
+    #[command(allow_negative_numbers = true)]
     Agent(agent_cmd::AgentArgs),
     /// A Chrome/Perfetto trace of the agent's bubbles (and a test bed's kernels).
+    #[command(allow_negative_numbers = true)]
     Report(report_cmd::ReportArgs),
     /// The live per-GPU view of the node's agent.
+    #[command(allow_negative_numbers = true)]
     Status(status_cmd::StatusArgs),
     /// The simulated 4-stage 1F1B pipeline under freeride: what the agent finds, with pictures.
+    #[command(allow_negative_numbers = true)]
     Demo(demo_cmd::DemoArgs),
     /// Run the simulated pipeline (pipesim) under freeride with the agent and score its bubbles.
+    #[command(allow_negative_numbers = true)]
     Sim(sim_cmd::SimArgs),
     /// Check this node (driver, /dev/shm, MPS, permissions) and, given a command, that the
     /// interposer loads into it and sees its launches.

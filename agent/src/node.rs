@@ -160,6 +160,16 @@ impl Node {
         self.obs.len()
     }
 
+    /// At the agent's exit: removes the files this node made in the session directory that no
+    /// live process needs (the grant blocks, closed first; the doorbell unless a live process's
+    /// ring remains: see [`Bell::remove_at_exit`]).
+    pub fn remove_files(&mut self) {
+        if let Some(g) = &mut self.grants {
+            g.remove_blocks();
+        }
+        self.bell.remove_at_exit();
+    }
+
     /// Bubbles closed since the last call.
     pub fn take_closed(&mut self) -> Vec<BubbleRecord> {
         std::mem::take(&mut self.closed)

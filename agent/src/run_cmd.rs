@@ -2,10 +2,12 @@
 //!
 //! Execs CMD (same pid, signals and exit status as CMD itself) with `LD_PRELOAD` prepended with
 //! libfreeride.so, `FREERIDE_ROLE` and `FREERIDE_DIR` set, after creating the session directory
-//! (mode 0700). The library is `$FREERIDE_LIB`, else `libfreeride.so` installed beside this
-//! executable, else the copy it carries (`freeride_agent::layout::interposer`). A side task is
-//! started at a low CPU priority (nice 19 unless `--nice` or `FREERIDE_SIDETASK_NICE` says
-//! otherwise; see `freeride_abi::cpu`).
+//! (mode 0700). When the directory is unusable (a symlink, another user's, open to others), a
+//! trainer still runs, unobserved, with one warning line (freeride never keeps a training job from
+//! running); a side task is refused (exit 2: ungated, it would slow the trainer). The library is
+//! `$FREERIDE_LIB`, else `libfreeride.so` installed beside this executable, else the copy it
+//! carries (`freeride_agent::layout::interposer`). A side task is started at a low CPU priority
+//! (nice 19 unless `--nice` or `FREERIDE_SIDETASK_NICE` says otherwise; see `freeride_abi::cpu`).
 use clap::{Args, ValueEnum};
 use freeride_abi::{cpu, env, session};
 use std::os::unix::process::CommandExt;
@@ -22,7 +24,9 @@ pub struct RunArgs {
     /// Role of the process: a trainer is observed; a side task is gated at its launches.
     #[arg(long, value_enum, default_value = "trainer")]
     pub role: RoleArg,
-    /// Session directory (default: $FREERIDE_DIR, else /dev/shm/freeride-<uid>).
+    /// Session directory (default: $FREERIDE_DIR, else /dev/shm/freeride-<uid>). If it is
+    /// unusable (a symlink, another user's, open to others), a trainer runs unobserved and a side
+    /// task is refused.
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// Also write every event as a JSON line to this file (FREERIDE_TRACE).
@@ -48,10 +52,27 @@ pub fn main(a: RunArgs) -> i32 {
     } else {
         dir
     };
-    if let Err(e) = session::ensure_dir(&dir) {
-        eprintln!("freeride run: session directory {}: {e}", dir.display());
-        return 2;
-    }
+    // A bad session directory: a trainer runs, unobserved (freeride must never keep a training
+    // job from running); a side task is refused, since without a session directory its launches
+    // could not be gated and it would run freely beside the trainer.
+    let dir_ok = match session::ensure_dir(&dir) {
+        Ok(()) => true,
+        Err(e) => {
+            if let RoleArg::Sidetask = a.role {
+                eprintln!(
+                    "freeride run: session directory {}: {e}; a side task is not started \
+                     without one (it could not be gated and would slow the trainer)",
+                    dir.display()
+                );
+                return 2;
+            }
+            eprintln!(
+                "freeride run: warning: session directory {}: {e}; the trainer runs unobserved",
+                dir.display()
+            );
+            false
+        }
+    };
     let lib = match freeride_agent::layout::interposer() {
         Ok(l) => l.path().to_path_buf(),
         Err(e) => {
@@ -93,6 +114,10 @@ pub fn main(a: RunArgs) -> i32 {
         .env("LD_PRELOAD", preload)
         .env(env::ROLE, role)
         .env(env::DIR, &dir);
+    if !dir_ok {
+        // Said once, here: the interposer of the trainer (and of its children) stays quiet.
+        cmd.env(env::DIR_REPORTED, &dir);
+    }
     if let Some(t) = &a.trace {
         cmd.env(env::TRACE, t);
     }

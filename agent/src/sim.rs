@@ -19,6 +19,7 @@ use crate::grants::GrantPolicy;
 use crate::inference::score::{clip, merge, Tally};
 use crate::inference::Ns;
 use crate::node::{BubbleRecord, Node};
+use crate::sim_procs::{self, SidetaskEnd};
 use freeride_abi::{env, now_ns, session};
 use pipesim::cli::JobArgs;
 use pipesim::topology::Topology;
@@ -26,7 +27,6 @@ use pipesim::truth::{self, Truth};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 /// True idle intervals shorter than this are left out of the detection-latency figures (they are
 /// in precision and recall).
@@ -56,6 +56,8 @@ pub struct SimResult {
     pub ranks_per_node: u32,
     /// Each node's agent: (events read, bubbles closed).
     pub per_node: Vec<(u64, usize)>,
+    /// Those that ended before the job did (ran out of work, failed, or were killed).
+    pub sidetask_ends: Vec<SidetaskEnd>,
 }
 
 /// How side tasks share the GPU with the job.
@@ -95,6 +97,16 @@ pub struct SideTasks {
     pub args: Vec<String>,
 }
 
+/// The flag that makes an SDK example run until it is stopped (or runs out of work: pagerank
+/// converges), and its value.
+fn run_long_arg(kind: &str) -> [&'static str; 2] {
+    match kind {
+        "pagerank" => ["--iterations", "1000000000"],
+        "image_batch" => ["--images", "1000000000"],
+        _ => ["--steps", "1000000000"],
+    }
+}
+
 /// Starts the side tasks, `per_gpu` on every GPU of the job, each with the view of its GPU the
 /// job's processes there have (`CUDA_VISIBLE_DEVICES`, device ordinal) and its node's session
 /// directory; they run until stopped (SIGTERM), pacing themselves by the grants.
@@ -117,28 +129,25 @@ fn start_sidetasks(
         let (view, ordinal) = pipesim::placement::gpu_env(topo, d, sessions);
         for k in 0..spec.per_gpu {
             let mut cmd = Command::new(&exe);
-            cmd.args([
-                "--device",
-                &ordinal.to_string(),
-                "--steps",
-                "1000000000",
-                "--name",
-            ])
-            .arg(format!("{}-gpu{d}-{k}", spec.kind))
-            .args(&spec.args)
-            .args(if spec.mode == SideMode::Naive {
-                &["--standalone"][..]
-            } else {
-                &[][..]
-            })
-            .env(env::DIR, &sessions[0])
-            .env("FREERIDE_SIM_DIR", sim_dir)
-            .env("FREERIDE_SIM_TRACE", truth)
-            .env("LD_LIBRARY_PATH", &ld)
-            .env_remove("LD_PRELOAD")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            sim_procs::tie_sidetask(&mut cmd);
+            cmd.args(["--device", &ordinal.to_string()])
+                .args(run_long_arg(&spec.kind))
+                .arg("--name")
+                .arg(format!("{}-gpu{d}-{k}", spec.kind))
+                .args(&spec.args)
+                .args(if spec.mode == SideMode::Naive {
+                    &["--standalone"][..]
+                } else {
+                    &[][..]
+                })
+                .env(env::DIR, &sessions[0])
+                .env("FREERIDE_SIM_DIR", sim_dir)
+                .env("FREERIDE_SIM_TRACE", truth)
+                .env("LD_LIBRARY_PATH", &ld)
+                .env_remove("LD_PRELOAD")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
             for k in &view.remove {
                 cmd.env_remove(k);
             }
@@ -150,25 +159,6 @@ fn start_sidetasks(
         }
     }
     Ok(children)
-}
-
-/// Stops the side tasks (SIGTERM, then SIGKILL after a second).
-fn stop_sidetasks(children: &mut [std::process::Child]) {
-    for c in children.iter() {
-        // SAFETY: kill(2) of our own child.
-        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-    }
-    let deadline = std::time::Instant::now() + Duration::from_secs(1);
-    for c in children.iter_mut() {
-        while std::time::Instant::now() < deadline {
-            if let Ok(Some(_)) = c.try_wait() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let _ = c.kill();
-        let _ = c.wait();
-    }
 }
 
 /// Scores of the agent's bubbles against the truth.
@@ -256,23 +246,40 @@ const TESTBED_FILES: &[&str] = &[
     "examples/train_loop",
 ];
 
-/// Builds the test bed if a file of it is missing next to this executable (as after
+/// Builds the test bed if a file of it is missing next to this executable, when this executable
+/// is a build of the source tree it was compiled from (`target/<profile>/freeride`, as after
 /// `cargo run -p freeride-agent`, which builds only this package): runs `cargo build --workspace
-/// --all-targets` in the source tree this binary was built from, with this binary's profile.
+/// --all-targets` there, with this binary's profile. A `freeride` anywhere else (copied,
+/// installed) never starts a build: the error names what is missing and how to get it.
 pub fn ensure_testbed_built() -> Result<(), String> {
-    if TESTBED_FILES.iter().all(|f| sibling(f).is_ok()) {
+    let missing: Vec<&str> = TESTBED_FILES
+        .iter()
+        .copied()
+        .filter(|f| sibling(f).is_err())
+        .collect();
+    if missing.is_empty() {
         return Ok(());
     }
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let manifest = root.join("Cargo.toml");
     let exe = std::env::current_exe().map_err(|e| format!("cannot find my own executable: {e}"))?;
-    let release = exe.parent().is_some_and(|d| d.ends_with("release"));
-    if !manifest.exists() {
+    let exe_dir = exe.parent().unwrap_or(Path::new("/"));
+    let built_here = match (exe_dir.canonicalize(), root.canonicalize()) {
+        (Ok(d), Ok(r)) => d.starts_with(r.join("target")) || via_cargo_run(),
+        _ => false,
+    };
+    if !built_here || !manifest.exists() {
         return Err(format!(
-            "the test bed is not built next to {} and its sources are not at {}",
+            "the test bed that `freeride sim` and `freeride demo` run is not next to {}: {} \
+             missing. They are built with the workspace, not installed with freeride: in a \
+             checkout of freeride, `cargo build --release --workspace --all-targets`, then run \
+             target/release/freeride from there (or `cargo run --release -p freeride-agent -- \
+             demo`)",
             exe.display(),
-            manifest.display()
+            missing.join(", ")
         ));
     }
+    let release = exe_dir.ends_with("release");
     eprintln!("freeride: building the test bed first (stand-in CUDA/NCCL, pipesim, libfreeride.so, side tasks)...");
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     cmd.args(["build", "--workspace", "--all-targets", "--manifest-path"])
@@ -285,9 +292,22 @@ pub fn ensure_testbed_built() -> Result<(), String> {
         return Err(format!("building the test bed failed ({st})"));
     }
     match TESTBED_FILES.iter().find(|f| sibling(f).is_err()) {
-        Some(f) => Err(format!("{f} still missing after the build")),
+        Some(f) => Err(format!(
+            "{f} still missing next to {} after building the workspace at {}",
+            exe.display(),
+            root.display()
+        )),
         None => Ok(()),
     }
+}
+
+/// Whether `cargo run` of this package started this process (cargo sets
+/// `CARGO_MANIFEST_DIR` for what it runs, as for what it compiles).
+fn via_cargo_run() -> bool {
+    let ours = Path::new(env!("CARGO_MANIFEST_DIR")).canonicalize().ok();
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .and_then(|d| Path::new(&d).canonicalize().ok())
+        .is_some_and(|d| Some(d) == ours)
 }
 
 /// A folder under /dev/shm (mode 0700) removed on drop.
@@ -300,6 +320,7 @@ impl ScratchDir {
         } else {
             std::env::temp_dir()
         };
+        crate::sim_procs::remove_stale_scratch(&base, tag);
         let p = base.join(format!(
             "freeride-{tag}-{}-{}",
             std::process::id(),
@@ -375,6 +396,12 @@ pub fn run(
     sidetasks: Option<&SideTasks>,
     progress: bool,
 ) -> Result<SimResult, String> {
+    if let Some(sig) = pipesim::procs::interrupt::pending() {
+        return Err(format!(
+            "interrupted ({})",
+            pipesim::procs::interrupt::name(sig)
+        ));
+    }
     let cfg = job.to_config()?;
     let topo = cfg.topology();
     let lib = sibling("libfreeride.so")?;
@@ -398,7 +425,7 @@ pub fn run(
     let agents = match crate::sim_nodes::Agents::start(&sessions, grants) {
         Ok(a) => a,
         Err(e) => {
-            stop_sidetasks(&mut side);
+            sim_procs::stop_sidetasks(&mut side);
             return Err(e);
         }
     };
@@ -412,25 +439,24 @@ pub fn run(
         .env(env::DIR, &sessions[0])
         .env("FREERIDE_SIM_DIR", &sim_dir.0)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(if progress {
-            Stdio::inherit()
-        } else {
-            Stdio::piped()
-        });
+        .stdout(Stdio::null());
     if sessions.len() > 1 {
         let dirs: Vec<String> = sessions.iter().map(|d| d.display().to_string()).collect();
         cmd.arg("--node-session-dirs").arg(dirs.join(","));
     }
-    let out = cmd
-        .output()
-        .map_err(|e| format!("cannot start {}: {e}", pipesim.display()));
-    stop_sidetasks(&mut side);
+    let out = sim_procs::run_job(cmd, progress, &mut side);
+    sim_procs::stop_sidetasks(&mut side);
     let (run, per_node) = agents.stop()?;
     let out = out?;
     if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        return Err(format!("pipesim failed ({}): {}", out.status, err.trim()));
+        return Err(format!(
+            "pipesim failed ({}): {}",
+            out.status,
+            match out.tail.join(" / ") {
+                t if t.is_empty() => "it wrote nothing on stderr".to_string(),
+                t => t,
+            }
+        ));
     }
     let trace =
         truth::Trace::read(&truth_path).map_err(|e| format!("reading the ground truth: {e}"))?;
@@ -445,6 +471,7 @@ pub fn run(
         truth,
         kernels: trace.kernels,
         sidetask_pids,
+        sidetask_ends: out.sidetask_ends,
         bubbles: run.bubbles,
         events: run.events,
         dropped: run.dropped,
@@ -472,21 +499,15 @@ pub fn p50_p99(v: &[f64]) -> (f64, f64) {
     (percentile(&mut v, 0.5), percentile(&mut v, 0.99))
 }
 
-/// The iterations scored: those after the warm-up (all but the last when there are no more).
-pub fn scored_iterations(r: &SimResult) -> &[truth::Iteration] {
-    let its = &r.truth.iterations;
-    let skip = if its.len() > WARMUP_ITERATIONS {
-        WARMUP_ITERATIONS
-    } else {
-        its.len().saturating_sub(1)
-    };
-    &its[skip..]
+/// The iterations scored: those after the warm-up (none when the job ran no more than it).
+pub fn scored_iterations(t: &Truth) -> &[truth::Iteration] {
+    &t.iterations[WARMUP_ITERATIONS.min(t.iterations.len())..]
 }
 
-/// Scores the agent's bubbles against the truth over the iterations after the warm-up.
-/// `change_at`: the iteration from which the job changed, if it did.
+/// Scores the agent's bubbles against the truth over the iterations after the warm-up (figures
+/// of no iteration are NaN). `change_at`: the iteration from which the job changed, if it did.
 pub fn score(r: &SimResult, change_at: Option<u32>) -> Scores {
-    let scored = scored_iterations(r);
+    let scored = scored_iterations(&r.truth);
     let (mut inferred_tally, mut forecast_tally, mut live_tally) =
         (Tally::default(), Tally::default(), Tally::default());
     let mut latencies = vec![];
@@ -543,7 +564,7 @@ pub fn score(r: &SimResult, change_at: Option<u32>) -> Scores {
             }
         }
     }
-    let n = scored.len().max(1) as f64;
+    let n = scored.len() as f64;
     let iteration_ms = scored
         .iter()
         .map(|i| (i.end_ns - i.start_ns) as f64)
@@ -553,7 +574,7 @@ pub fn score(r: &SimResult, change_at: Option<u32>) -> Scores {
     let mut scores = Scores {
         iteration_ms,
         bubble_fraction: if window_ns == 0 {
-            0.0
+            f64::NAN
         } else {
             idle_ns as f64 / window_ns as f64
         },
@@ -603,7 +624,6 @@ pub struct Harvest {
 
 /// Scores the side tasks' kernels against the trainers' idle time (same iterations as [`score`]).
 pub fn harvest(r: &SimResult) -> Harvest {
-    let scored = scored_iterations(r);
     let (mut inside, mut idle, mut busy, mut window) = (0u64, 0u64, 0u64, 0u64);
     for (rank, _) in r.truth.pids.iter().enumerate() {
         let gpu = r.truth.devices.get(rank).copied().unwrap_or(rank as u32);
@@ -614,7 +634,7 @@ pub fn harvest(r: &SimResult) -> Harvest {
                 .map(|k| (k.start_ns, k.end_ns))
                 .collect(),
         );
-        for it in scored {
+        for it in scored_iterations(&r.truth) {
             let truth_iv = merge(it.ranks[rank].idle_intervals.clone());
             let s = clip(&side, it.start_ns, it.end_ns);
             let t = Tally::of(&s, &truth_iv);
@@ -626,14 +646,14 @@ pub fn harvest(r: &SimResult) -> Harvest {
     }
     Harvest {
         bubble_busy_ratio: if idle == 0 {
-            0.0
+            f64::NAN
         } else {
             inside as f64 / idle as f64
         },
         sidetask_busy_ms: busy as f64 / 1e6,
         outside_bubbles_ms: (busy - inside) as f64 / 1e6,
         gpu_share: if window == 0 {
-            0.0
+            f64::NAN
         } else {
             busy as f64 / window as f64
         },

@@ -1,7 +1,9 @@
 //! `freeride sim`: pipesim under freeride with the agent, scored against the ground truth.
 use clap::Args;
 use freeride_agent::sim::{self, p50_p99};
+use freeride_agent::sim_report;
 use pipesim::cli::JobArgs;
+use pipesim::procs::interrupt;
 use serde_json::json;
 
 #[derive(Args, Debug)]
@@ -37,23 +39,50 @@ fn r(v: f64, d: i32) -> serde_json::Value {
     }
 }
 
+/// A usage error (bad flags or environment): exit status 2.
+fn usage(e: String) -> i32 {
+    eprintln!("freeride sim: {e}");
+    2
+}
+
+/// A failure while running: exit status 1, or 128 + the signal that stopped the run.
+pub fn fail(cmd: &str, e: String) -> i32 {
+    eprintln!("freeride {cmd}: {e}");
+    match interrupt::pending() {
+        Some(sig) => {
+            eprintln!(
+                "freeride {cmd}: stopped the job and the side tasks, and removed their files"
+            );
+            interrupt::exit_code(sig)
+        }
+        None => 1,
+    }
+}
+
+/// The checks of `freeride sim` and `freeride demo` before anything starts: the job's flags (a
+/// wrong CSV, a deadlock, more GPUs than the simulated machine has), the scored iterations.
+pub fn check_job(job: &JobArgs) -> Result<pipesim::config::JobConfig, String> {
+    let cfg = job.to_config()?;
+    if (job.iterations as usize) <= sim::WARMUP_ITERATIONS {
+        return Err(format!(
+            "--iterations must be at least {}: the agent learns during the first {} and nothing \
+             would be scored (got {})",
+            sim::WARMUP_ITERATIONS + 1,
+            sim::WARMUP_ITERATIONS,
+            job.iterations
+        ));
+    }
+    Ok(cfg)
+}
+
 pub fn main(a: SimArgs) -> i32 {
-    let fail = |e: String| {
-        eprintln!("freeride sim: {e}");
-        if e.contains("must") || e.contains("needs") {
-            2
-        } else {
-            1
-        }
-    };
+    let fail = |e: String| fail("sim", e);
     // A job that cannot run (bad flags, a wrong CSV, a deadlock) is a usage error.
-    let cfg = match a.job.to_config() {
+    let cfg = match check_job(&a.job) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("freeride sim: {e}");
-            return 2;
-        }
+        Err(e) => return usage(e),
     };
+    interrupt::install();
     if let Err(e) = sim::ensure_testbed_built() {
         return fail(e);
     }
@@ -101,6 +130,16 @@ pub fn main(a: SimArgs) -> i32 {
         }
     }
     let s = sim::score(&res, a.job.change_at);
+    // The forecast is the end predicted when a bubble opened: with no prediction made there is
+    // nothing to score (the inferred end would stand in for it and score perfectly).
+    let predicted = !s.predicted_end_error_us.is_empty();
+    let forecast = |v: f64| {
+        if predicted {
+            r(v, 4)
+        } else {
+            serde_json::Value::Null
+        }
+    };
     let (lat50, lat99) = p50_p99(&s.detect_latency_us);
     let (err50, err99) = p50_p99(&s.predicted_end_error_us);
     let topo = cfg.topology();
@@ -124,8 +163,8 @@ pub fn main(a: SimArgs) -> i32 {
         "inference": {
             "precision": r(s.inferred.precision(), 4),
             "recall": r(s.inferred.recall(), 4),
-            "forecast_precision": r(s.forecast.precision(), 4),
-            "forecast_recall": r(s.forecast.recall(), 4),
+            "forecast_precision": forecast(s.forecast.precision()),
+            "forecast_recall": forecast(s.forecast.recall()),
             "live_precision": r(s.live.precision(), 4),
             "live_recall": r(s.live.recall(), 4),
             "detect_latency_us_p50": r(lat50, 1),
@@ -168,6 +207,7 @@ pub fn main(a: SimArgs) -> i32 {
             "sidetasks_per_gpu": spec.per_gpu,
             "kind": spec.kind,
             "mode": spec.mode.name(),
+            "sidetasks_ended": sim_report::sidetask_ends_json(&res, spec.per_gpu),
         });
         report["trainer"] = json!({
             "baseline_iteration_ms": r(base, 3),
@@ -184,23 +224,16 @@ pub fn main(a: SimArgs) -> i32 {
         });
     }
     if a.json {
+        if let Some(h) = report.get("harvest") {
+            for line in
+                sim_report::sidetask_end_lines(&h["sidetasks_ended"], a.job.iterations as u64)
+            {
+                eprintln!("freeride sim: warning: {line}");
+            }
+        }
         println!("{report}");
     } else {
-        println!(
-            "{} p={} m={} tp={} dp={}: iteration {:.1} ms, bubbles {:.1}% of GPU time; agent precision {:.3}, recall {:.3} (live {:.3} / {:.3}), detection p50 {:.0} us",
-            a.job.schedule_name(),
-            cfg.shape.stages,
-            cfg.shape.microbatches,
-            topo.tp,
-            topo.dp,
-            s.iteration_ms,
-            s.bubble_fraction * 100.0,
-            s.inferred.precision(),
-            s.inferred.recall(),
-            s.live.precision(),
-            s.live.recall(),
-            lat50
-        );
+        print!("{}", sim_report::render(&report));
     }
     0
 }

@@ -24,7 +24,7 @@ pub struct GpuScore {
 
 /// Every rank's [`GpuScore`].
 pub fn per_gpu(r: &SimResult) -> Vec<GpuScore> {
-    let scored = scored_iterations(r);
+    let scored = scored_iterations(&r.truth);
     r.truth
         .pids
         .iter()

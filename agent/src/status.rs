@@ -39,6 +39,65 @@ pub fn to_json(now_ns: u64, agent_pid: u32, gpus: &[GpuState], procs: &[ProcessV
     })
 }
 
+/// The side tasks of the node (`"sidetasks"."tasks"` of `agent-status.json`): the SDK tasks' status
+/// files (`sidetask-<pid>.json`: name, state, steps, GPU time) of live processes, and the
+/// side-task processes with a ring (unmodified programs under the interposer's gate, and SDK
+/// tasks run under it), one entry per pid.
+pub fn sidetasks_json(dir: &Path, procs: &[ProcessView]) -> Value {
+    let mut by_pid: std::collections::BTreeMap<u64, Value> = Default::default();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !(name.starts_with("sidetask-") && name.ends_with(".json")) {
+            continue;
+        }
+        let Ok(v) = std::fs::read_to_string(e.path())
+            .map_err(|_| ())
+            .and_then(|t| serde_json::from_str::<Value>(&t).map_err(|_| ()))
+        else {
+            continue;
+        };
+        let Some(pid) = v["pid"].as_u64() else {
+            continue;
+        };
+        if !freeride_abi::session::pid_alive(pid as u32) {
+            continue;
+        }
+        by_pid.insert(
+            pid,
+            json!({
+                "pid": pid,
+                "device": v["device"],
+                "name": v["task"],
+                "sdk": true,
+                "gated": false,
+                "state": v["state"],
+                "steps": v["steps"],
+                "gpu_busy_ns": v["gpu_busy_ns"],
+                "priority": v["priority"],
+                "mem_held_bytes": v["mem_held_bytes"],
+            }),
+        );
+    }
+    for p in procs
+        .iter()
+        .filter(|p| p.role == Some(freeride_abi::Role::Sidetask) && !p.gone)
+    {
+        let e = by_pid.entry(p.pid as u64).or_insert_with(|| {
+            json!({
+                "pid": p.pid, "device": p.device, "name": null, "sdk": false, "state": "running",
+                "steps": null, "gpu_busy_ns": null, "priority": null,
+                "mem_held_bytes": p.mem_held_bytes,
+            })
+        });
+        e["gated"] = json!(true);
+        if e["device"].is_null() || e["device"].as_i64() == Some(-1) {
+            e["device"] = json!(p.device);
+        }
+    }
+    Value::Array(by_pid.into_values().collect())
+}
+
 /// The side-task watchdog's counters, as `agent-status.json` holds them (`"sidetasks"`).
 pub fn watchdog_json(w: &Watchdog) -> Value {
     json!({

@@ -3,7 +3,7 @@ use clap::Args;
 use freeride_abi::{now_ns, session};
 use freeride_agent::status::STATUS_FILE;
 use serde_json::Value;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Args, Debug)]
 pub struct StatusArgs {
@@ -15,6 +15,35 @@ pub struct StatusArgs {
     json: bool,
 }
 
+/// Why the agent's state in `dir` could not be read (`e`), in the user's terms.
+fn unreadable(dir: &Path, e: &std::io::Error) -> String {
+    use std::os::unix::fs::MetadataExt;
+    match e.kind() {
+        std::io::ErrorKind::PermissionDenied => {
+            let owner = std::fs::metadata(dir)
+                .map(|m| format!(", which belongs to uid {}", m.uid()))
+                .unwrap_or_default();
+            // SAFETY: geteuid has no preconditions.
+            let me = unsafe { libc::geteuid() };
+            format!(
+                "cannot read {}: permission denied (the session directory is private to its \
+                 user{owner}; you are uid {me}: run freeride status as that user, or give --dir \
+                 your own session directory)",
+                dir.display()
+            )
+        }
+        std::io::ErrorKind::NotFound if !dir.exists() => format!(
+            "no agent serves {}: the directory does not exist (start one: freeride agent)",
+            dir.display()
+        ),
+        std::io::ErrorKind::NotFound => format!(
+            "no agent serves {} (start one: freeride agent)",
+            dir.display()
+        ),
+        _ => format!("cannot read {}: {e}", dir.join(STATUS_FILE).display()),
+    }
+}
+
 /// A state older than this means the agent is not running.
 const STALE_NS: u64 = 2_000_000_000;
 
@@ -23,11 +52,8 @@ pub fn main(a: StatusArgs) -> i32 {
     let path = dir.join(STATUS_FILE);
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
-        Err(_) => {
-            eprintln!(
-                "freeride status: no agent serves {} (start one: freeride agent)",
-                dir.display()
-            );
+        Err(e) => {
+            eprintln!("freeride status: {}", unreadable(&dir, &e));
             return 1;
         }
     };
@@ -92,5 +118,52 @@ pub fn main(a: StatusArgs) -> i32 {
             g["bubbles"].to_string(),
         );
     }
+    print_sidetasks(&v["sidetasks"]);
     0
+}
+
+/// The side tasks of the agent's state (`"sidetasks"`): counters, then one line per task.
+fn print_sidetasks(st: &Value) {
+    let tasks = st["tasks"].as_array().cloned().unwrap_or_default();
+    println!(
+        "side tasks: {} (since the agent started: {} lost, {} evicted)",
+        tasks.len(),
+        st["lost"].as_u64().unwrap_or(0),
+        st["evicted"]["hung"].as_u64().unwrap_or(0)
+            + st["evicted"]["over_memory"].as_u64().unwrap_or(0),
+    );
+    if tasks.is_empty() {
+        return;
+    }
+    println!(
+        "{:>8}  {:>4}  {:<16} {:<14} {:<10} {:>8} {:>12} {:>10}",
+        "pid", "gpu", "name", "kind", "state", "steps", "GPU busy", "memory"
+    );
+    let or_dash = |v: &Value| match v {
+        Value::Null => "-".to_string(),
+        Value::String(s) => s.clone(),
+        v => v.to_string(),
+    };
+    for t in tasks {
+        let kind = match (t["sdk"].as_bool(), t["gated"].as_bool()) {
+            (Some(true), Some(true)) => "SDK, gated",
+            (Some(true), _) => "SDK",
+            _ => "gated",
+        };
+        println!(
+            "{:>8}  {:>4}  {:<16} {:<14} {:<10} {:>8} {:>12} {:>10}",
+            or_dash(&t["pid"]),
+            or_dash(&t["device"]),
+            or_dash(&t["name"]),
+            kind,
+            or_dash(&t["state"]),
+            or_dash(&t["steps"]),
+            t["gpu_busy_ns"]
+                .as_u64()
+                .map_or("-".into(), |n| format!("{:.1} ms", n as f64 / 1e6)),
+            t["mem_held_bytes"]
+                .as_u64()
+                .map_or("-".into(), |b| format!("{} MiB", b >> 20)),
+        );
+    }
 }

@@ -142,7 +142,8 @@ impl Watchdog {
     }
 
     /// SDK side tasks (with or without the interposer) publish `sidetask-<pid>.json`: one whose
-    /// process is gone while it says it is neither finished nor stopped crashed.
+    /// process is gone while it says it is neither finished nor stopped crashed. The files of
+    /// gone processes are removed either way (a finished task's stays while it runs).
     fn scan_status_files(&mut self) {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return;
@@ -167,9 +168,12 @@ impl Watchdog {
             let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
                 continue;
             };
-            if v["pid"].as_u64() != Some(pid as u64)
-                || matches!(v["state"].as_str(), Some("finished" | "stopped"))
-            {
+            if v["pid"].as_u64() != Some(pid as u64) {
+                continue;
+            }
+            if matches!(v["state"].as_str(), Some("finished" | "stopped")) {
+                // A clean end: its last state has been there to read; the file goes with it.
+                let _ = std::fs::remove_file(e.path());
                 continue;
             }
             dead.push((pid, v["device"].as_i64().unwrap_or(-1) as i32));
@@ -443,5 +447,39 @@ mod tests {
         assert_eq!(ended, want);
         assert_eq!(wd.watching(), 0);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The status files of SDK tasks that are gone do not pile up: a finished (or stopped) one is
+    /// removed once its process is gone, a crashed one counted lost and removed; the file of a
+    /// live task stays, whatever its state.
+    #[test]
+    fn status_files_of_gone_side_tasks_are_removed() {
+        let dir = crate::sim::ScratchDir::new("wd-status").unwrap();
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        gone.wait().unwrap();
+        let me = std::process::id();
+        let write = |pid: u32, state: &str| {
+            let p = dir.0.join(format!("sidetask-{pid}.json"));
+            std::fs::write(
+                &p,
+                format!(r#"{{"pid":{pid},"device":0,"state":"{state}"}}"#),
+            )
+            .unwrap();
+            p
+        };
+        let finished = write(gone.id(), "finished");
+        let live_finished = write(me, "finished");
+        let mut wd = Watchdog::new(&dir.0, WatchdogPolicy::default());
+        wd.check(1, &Collector::new(&dir.0), &[], |_| None);
+        assert!(!finished.exists(), "a gone task's final status file stayed");
+        assert!(
+            live_finished.exists(),
+            "a live task's status file was removed"
+        );
+        assert_eq!(wd.lost, 0);
+        let crashed = write(gone.id(), "running");
+        wd.check(1 + RESCAN_NS, &Collector::new(&dir.0), &[], |_| None);
+        assert!(!crashed.exists());
+        assert_eq!(wd.lost, 1);
     }
 }

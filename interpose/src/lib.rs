@@ -4,7 +4,9 @@
 //! * [`dl`]: our `dlsym` (exact caller semantics for names we do not hook) and real-symbol lookup.
 //! * [`rt`]: process state (lazy init state machine, rings, fork/exit handling) and the hook path.
 //! * [`comm`]: GPU-side timing of NCCL ops: driver event pool and the lazily started poller.
-//! * [`trace`]: `FREERIDE_TRACE` JSON-lines writer thread.
+//! * [`trace`]: `FREERIDE_TRACE` JSON-lines writer thread ([`trace_exit`]: the lines of a process that
+//!   never initializes).
+//! * [`session_check`]: the one line about an unusable session directory.
 //! * [`gate`]: the side-task gate extension point (a later issue).
 //!
 //! Hook-path rules: no allocation, no lock, no system call, no panic; a per-thread re-entrancy
@@ -16,4 +18,6 @@ pub mod dl;
 pub mod gate;
 pub mod hooks;
 pub mod rt;
+pub mod session_check;
 pub mod trace;
+pub mod trace_exit;

@@ -402,12 +402,15 @@ fn do_init() -> u8 {
             .unwrap_or(ring::DEFAULT_CAPACITY as u64),
     );
     let dir = session::resolve_dir();
-    if session::validate_dir(&dir).is_ok() {
-        if let Some(base) = create_ring(&dir, pid, role, start, cap) {
-            SHM_CAP.store(cap as u64, Ordering::Relaxed);
-            SHM_REPORTED_DROPS.store(0, Ordering::Relaxed);
-            SHM_BASE.store(base, Ordering::Release);
+    match session::validate_dir(&dir) {
+        Ok(()) => {
+            if let Some(base) = create_ring(&dir, pid, role, start, cap) {
+                SHM_CAP.store(cap as u64, Ordering::Relaxed);
+                SHM_REPORTED_DROPS.store(0, Ordering::Relaxed);
+                SHM_BASE.store(base, Ordering::Release);
+            }
         }
+        Err(e) => crate::session_check::report_unusable(&dir, &e, role == Role::Sidetask),
     }
     trace::init(pid);
     if SHM_BASE.load(Ordering::Relaxed).is_null() && !trace::enabled() {

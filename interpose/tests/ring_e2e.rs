@@ -26,6 +26,7 @@ fn reader_sees_every_launch_of_a_preloaded_process() {
     let _ = std::fs::remove_dir_all(&work);
     let lib = work.join("lib");
     std::fs::create_dir_all(&lib).unwrap();
+    freeride_abi::scratch::remove_at_exit(&work);
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/cprogs");
     let cc = |args: &[&str]| {
         let o = Command::new("cc").args(args).output().unwrap();

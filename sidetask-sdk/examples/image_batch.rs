@@ -7,7 +7,7 @@
 //! `cargo run --release -p freeride-sidetask-sdk --example image_batch -- --device 0 --standalone \
 //!   --images 40 --size 96 --out-size 48`
 use freeride_sidetask::blas::Operands;
-use freeride_sidetask::cli::Args;
+use freeride_sidetask::cli::{opt, Args, TaskOption};
 use freeride_sidetask::{Ctx, Runtime, SideTask, StepOutcome, TaskResult};
 
 #[derive(Clone)]
@@ -121,8 +121,19 @@ impl SideTask for Batch {
     }
 }
 
+/// This task's own options (`--help` lists them with the common ones).
+const OPTIONS: [TaskOption; 3] = [
+    opt("size", "source image side, pixels (default 96)"),
+    opt("images", "images to process (default 40)"),
+    opt("out-size", "output image side, pixels (default 48)"),
+];
+
 fn main() {
-    let args = Args::from_env("image_batch");
+    let args = Args::from_env(
+        "image_batch",
+        "resizes and watermarks generated images, one image per step",
+        &OPTIONS,
+    );
     let size = args.get_u64("size", 96).max(2) as usize;
     let mut task = Batch {
         n: args.get_u64("images", 40) as usize,

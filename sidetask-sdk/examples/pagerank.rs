@@ -11,7 +11,7 @@
 //! `cargo run --release -p freeride-sidetask-sdk --example pagerank -- --device 0 --standalone \
 //!   --nodes 10000 --degree 8 --iterations 50 [--vectors 1]`
 use freeride_sidetask::blas::Operands;
-use freeride_sidetask::cli::Args;
+use freeride_sidetask::cli::{opt, Args, TaskOption};
 use freeride_sidetask::{Ctx, Runtime, SideTask, StepOutcome, TaskResult};
 
 struct Graph {
@@ -146,8 +146,29 @@ impl SideTask for PageRank {
     }
 }
 
+/// This task's own options (`--help` lists them with the common ones).
+const OPTIONS: [TaskOption; 7] = [
+    opt("nodes", "graph nodes (default 10000, at most 46000)"),
+    opt("degree", "edges per node (default 8)"),
+    opt("seed", "graph seed (default 42)"),
+    opt("damping", "damping factor (default 0.85)"),
+    opt(
+        "tol",
+        "stop when an iteration changes the ranks by less (default 1e-9)",
+    ),
+    opt("iterations", "power iterations at most (default 50)"),
+    opt(
+        "vectors",
+        "rank vectors multiplied per iteration on the GPU (the dense GEMM's width, default 1)",
+    ),
+];
+
 fn main() {
-    let args = Args::from_env("pagerank");
+    let args = Args::from_env(
+        "pagerank",
+        "PageRank on a generated graph, one power iteration per step",
+        &OPTIONS,
+    );
     let n = args.get_u64("nodes", 10_000).min(46_000) as usize;
     let degree = args.get_u64("degree", 8) as usize;
     let graph = generate(n.max(2), degree.max(1), args.get_u64("seed", 42));

@@ -12,7 +12,7 @@
 //! At a grant's end, where a full step no longer fits, it takes a smaller minibatch (down to
 //! `--min-fraction` of `--batch`; 1 turns that off).
 use freeride_sidetask::blas::Operands;
-use freeride_sidetask::cli::Args;
+use freeride_sidetask::cli::{opt, Args, TaskOption};
 use freeride_sidetask::{Ctx, Runtime, SideTask, StepOutcome, TaskResult};
 
 struct Rng(u64);
@@ -156,8 +156,30 @@ impl SideTask for Trainer {
     }
 }
 
+/// This task's own options (`--help` lists them with the common ones).
+const OPTIONS: [TaskOption; 8] = [
+    opt("input", "input width (default 16)"),
+    opt("hidden", "hidden width (default 32)"),
+    opt("seed", "seed (default 7)"),
+    opt("batch", "minibatch size (default 64)"),
+    opt("lr", "learning rate (default 0.1)"),
+    opt("steps", "SGD steps (default 200)"),
+    opt(
+        "gpu-width",
+        "the GEMMs' hidden width on the GPU: a step is six batch x width^2 GEMMs (default 1024)",
+    ),
+    opt(
+        "min-fraction",
+        "the smallest minibatch share at a grant's end (default 0.25; 1: full steps only)",
+    ),
+];
+
 fn main() {
-    let args = Args::from_env("train_loop");
+    let args = Args::from_env(
+        "train_loop",
+        "a 2-layer MLP trained with minibatch SGD, one SGD step per step",
+        &OPTIONS,
+    );
     let d = args.get_u64("input", 16) as usize;
     let h = args.get_u64("hidden", 32) as usize;
     let mut rng = Rng(args.get_u64("seed", 7) | 1);

@@ -49,4 +49,25 @@ mod tests {
         assert_eq!(w.read(), GrantRead::OtherVersion(other));
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    /// An agent that stops removes its grant blocks (issue 16): a task that follows one reads
+    /// "no agent" at its next look (about a second), as with a dead agent's block, and its old
+    /// mapping stays valid meanwhile (it reads the block closed).
+    #[test]
+    fn a_removed_block_reads_as_no_agent() {
+        let dir = crate::testutil::temp_dir("gw-removed");
+        let g = GrantWriter::create(&dir, 1).unwrap();
+        g.open_for(60_000_000_000, 1_000_000, 0);
+        let mut w = GrantWatch::new(&dir, 1);
+        assert!(matches!(w.read(), GrantRead::Grant(s) if s.open));
+        g.close(0);
+        std::fs::remove_file(g.path()).unwrap();
+        assert!(matches!(w.read(), GrantRead::Grant(s) if !s.open));
+        let t0 = std::time::Instant::now();
+        while w.read() != GrantRead::NoAgent {
+            assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

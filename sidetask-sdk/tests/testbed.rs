@@ -68,6 +68,7 @@ impl Bed {
             std::process::id(),
             root.file_name().unwrap().to_string_lossy()
         ));
+        freeride_abi::scratch::remove_at_exit(&sim);
         Some(Bed {
             trace: root.join("trace.jsonl"),
             root,

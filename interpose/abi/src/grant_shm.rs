@@ -76,6 +76,11 @@ impl GrantWriter {
         &self.path
     }
 
+    /// (device, inode) of the block this writer publishes to.
+    pub fn id(&self) -> (u64, u64) {
+        self.map.id()
+    }
+
     pub fn publish(&self, f: GrantFields) {
         let b = self.map.block();
         let e = b.epoch.load(Ordering::Relaxed);

@@ -9,7 +9,8 @@
 //! * a safe reader for the agent that validates every byte it reads from shared memory ([`reader`]);
 //! * the per-GPU grant control block of the side-task gate ([`grant`]);
 //! * the CPU priority side tasks take ([`cpu`]);
-//! * the session doorbell that wakes the agent ([`doorbell`]).
+//! * the session doorbell that wakes the agent ([`doorbell`]);
+//! * folders that must not outlive their process, for tests and tools ([`scratch`]).
 //!
 //! Everything in shared memory is little-endian, fixed-size, and only ever accessed through atomics,
 //! so a hostile or corrupt writer can make a reader see garbage values but never crash it.
@@ -22,6 +23,7 @@ pub mod grant_shm;
 pub mod json;
 pub mod reader;
 pub mod ring;
+pub mod scratch;
 pub mod session;
 pub mod shm_file;
 
@@ -50,6 +52,9 @@ pub mod env {
     pub const DOORBELL: &str = "FREERIDE_DOORBELL";
     /// `1` disables all recording (pure pass-through), for A/B measurements.
     pub const DISABLE: &str = "FREERIDE_DISABLE";
+    /// Set by `freeride run` to the session directory it already reported as unusable: the
+    /// interposer does not say it again (see `interpose/src/session_check.rs`).
+    pub const DIR_REPORTED: &str = "FREERIDE_DIR_REPORTED";
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the one clock of freeride and of the test bed.

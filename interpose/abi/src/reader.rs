@@ -310,6 +310,7 @@ mod tests {
         let d = std::env::temp_dir().join(format!("frabi-rd-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         crate::session::ensure_dir(&d).unwrap();
+        crate::scratch::remove_at_exit(&d);
         d
     }
 

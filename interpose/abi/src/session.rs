@@ -8,8 +8,17 @@
 //!   process is gone was left by a crash mid-creation; the agent removes it.
 //! * `grant-gpu<N>`: the per-GPU grant control block of the side-task gate (see
 //!   [`crate::grant`]).
-//! * `agent.pid`: reserved for the agent.
+//! * `agent.pid`: the pid of the agent that serves the directory, as information only. The claim
+//!   itself is an exclusive `flock` on the directory, held for the agent's life: exactly one agent
+//!   per directory, whatever the race (`agent/src/claim.rs`). Removed by that agent when it stops.
 //! * `doorbell`: the futex word that wakes the agent (see [`crate::doorbell`]).
+//! * `agent-status.json`: the agent's published state (for `freeride status`).
+//! * `sidetask-<pid>.json`: an SDK side task's state; the agent removes it once the process is
+//!   gone.
+//!
+//! What the agent made goes when it stops: its pid file, its state, the grant blocks (side tasks
+//! then read "no agent"; a mapping they hold stays valid), and the doorbell unless a live
+//! process still has a ring here (its comm poller rings that file; the next agent takes it over).
 use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -42,6 +51,16 @@ pub fn resolve_dir() -> PathBuf {
 /// group or others.
 pub fn validate_dir(dir: &Path) -> io::Result<()> {
     let md = std::fs::symlink_metadata(dir)?;
+    if md.file_type().is_symlink() {
+        let target = std::fs::read_link(dir)
+            .map(|t| format!(" (to {})", t.display()))
+            .unwrap_or_default();
+        return Err(io::Error::other(format!(
+            "{} is a symbolic link{target}: a session directory must be a real directory (a link \
+             could be re-pointed by someone else); name the directory itself",
+            dir.display()
+        )));
+    }
     if !md.file_type().is_dir() {
         return Err(io::Error::other(format!(
             "{} is not a directory",
@@ -222,7 +241,11 @@ mod tests {
         let link = base.with_extension("lnk");
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(&base, &link).unwrap();
-        assert!(validate_dir(&link).is_err());
+        let e = validate_dir(&link).unwrap_err().to_string();
+        assert!(
+            e.contains("is a symbolic link") && e.contains(&base.display().to_string()),
+            "{e}"
+        );
         std::fs::remove_file(&link).unwrap();
         std::fs::remove_dir_all(&base).unwrap();
     }

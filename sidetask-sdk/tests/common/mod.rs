@@ -9,7 +9,8 @@ use std::time::Duration;
 
 static N: AtomicU32 = AtomicU32::new(0);
 
-/// A fresh 0700 directory (a valid session directory); removed by the caller.
+/// A fresh 0700 directory (a valid session directory); removed by the caller, or at exit (a
+/// failing test).
 pub fn temp_dir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!(
         "frst-it-{tag}-{}-{}",
@@ -18,6 +19,7 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     ));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::DirBuilder::new().mode(0o700).create(&d).unwrap();
+    freeride_abi::scratch::remove_at_exit(&d);
     d
 }
 

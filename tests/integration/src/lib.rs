@@ -35,6 +35,8 @@ pub fn gate_side_bin(tag: &str) -> PathBuf {
     }
     let d = std::env::temp_dir().join(format!("freeride-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&d).expect("temp folder");
+    // Callers keep it in a static for every test of their binary: removed at its exit.
+    freeride_abi::scratch::remove_at_exit(&d);
     let out = d.join("gate_side");
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../cprogs/gate_side.c");
     let o = std::process::Command::new("cc")
@@ -98,4 +100,29 @@ pub fn json_of(cmd: &mut std::process::Command) -> serde_json::Value {
     );
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// A child process killed (SIGKILL) and reaped when dropped, also while a failing test unwinds.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if !matches!(self.0.try_wait(), Ok(Some(_))) {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
 }

@@ -11,6 +11,7 @@ fn session(tag: &str) -> std::path::PathBuf {
         std::process::id()
     ));
     let _ = std::fs::remove_dir_all(&d);
+    freeride_abi::scratch::remove_at_exit(&d);
     d
 }
 
@@ -327,4 +328,174 @@ fn a_watching_agent_sleeps_between_bubbles() {
         "the agent woke {} times in a second with the doorbell",
         woke[0]
     );
+}
+
+/// Exactly one agent serves a directory, whatever the race (issue 16): agents started at the same
+/// moment leave one serving, and the claim does not rest on the pid file (a removed `agent.pid`,
+/// which an agent that stopped used to remove under a running one, lets no second agent in).
+#[test]
+fn only_one_agent_serves_a_directory_even_when_started_at_once() {
+    use freeride_tests::KillOnDrop;
+    use std::io::Read;
+    let dir = session("race");
+    freeride_abi::session::ensure_dir(&dir).unwrap();
+    let fifo = dir.with_extension("go");
+    let _ = std::fs::remove_file(&fifo);
+    freeride_abi::scratch::remove_at_exit(&fifo);
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a valid path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for round in 0..3 {
+        // Each waits on the FIFO, then execs the agent: opening it for writing releases all.
+        let agents: Vec<KillOnDrop> = (0..4)
+            .map(|_| {
+                KillOnDrop(
+                    Command::new("sh")
+                        .arg("-c")
+                        .arg(r#"read x < "$0"; exec "$@""#)
+                        .arg(&fifo)
+                        .arg(built("freeride"))
+                        .args(["agent", "--metrics-port", "0", "--duration", "1.5", "--dir"])
+                        .arg(&dir)
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::piped())
+                        .spawn()
+                        .unwrap(),
+                )
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(100));
+        drop(std::fs::OpenOptions::new().write(true).open(&fifo).unwrap());
+        let mut serving = 0;
+        for mut a in agents {
+            let mut err = String::new();
+            a.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+            let st = a.wait().unwrap();
+            if err.contains("serving") {
+                serving += 1;
+                assert!(st.success(), "round {round}: {err}");
+            } else {
+                assert_eq!(st.code(), Some(1), "round {round}: {err}");
+                assert!(err.contains("another agent"), "round {round}: {err}");
+            }
+        }
+        assert_eq!(
+            serving, 1,
+            "round {round}: {serving} agents served one directory"
+        );
+    }
+    let mut first = KillOnDrop(agent(&dir));
+    let t0 = Instant::now();
+    while !dir.join("agent.pid").exists() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::fs::remove_file(dir.join("agent.pid")).unwrap();
+    let second = Command::new(built("freeride"))
+        .args(["agent", "--metrics-port", "0", "--duration", "5", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(
+        second.status.code(),
+        Some(1),
+        "a second agent served beside the first once its pid file was gone: {}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert!(first.try_wait().unwrap().is_none(), "the first agent died");
+    drop(first);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What an agent made goes when it stops (issue 16): its pid file, its state, the grant blocks
+/// and the doorbell (no live process rings it any more); and the status file of a side task
+/// whose process is gone does not pile up. While the task lives, `freeride status` shows it.
+#[test]
+fn a_stopped_agent_leaves_nothing_behind_and_status_shows_side_tasks() {
+    use freeride_tests::KillOnDrop;
+    let dir = session("clean");
+    let mut a = KillOnDrop(agent(&dir));
+    std::thread::sleep(Duration::from_millis(300));
+    // An SDK side task as its status file shows it (the process: a sleep of ours), and the file
+    // a finished one left.
+    let mut task = KillOnDrop(Command::new("sleep").arg("60").spawn().unwrap());
+    let write = |pid: u32, state: &str| {
+        let p = dir.join(format!("sidetask-{pid}.json"));
+        std::fs::write(
+            &p,
+            format!(
+                r#"{{"pid":{pid},"task":"probe-task","device":1,"state":"{state}","steps":12,"gpu_busy_ns":3000000,"mem_held_bytes":0}}"#
+            ),
+        )
+        .unwrap();
+        p
+    };
+    let live = write(task.id(), "running");
+    let mut gone = Command::new("true").spawn().unwrap();
+    gone.wait().unwrap();
+    let finished = write(gone.id(), "finished");
+    assert!(job(&dir, 4).wait().unwrap().success());
+    let t0 = Instant::now();
+    let shown = loop {
+        let v = status(&dir);
+        let tasks = v.as_ref().map(|v| v["sidetasks"]["tasks"].clone());
+        if tasks.as_ref().and_then(|t| t.as_array()).is_some_and(|t| {
+            t.iter()
+                .any(|t| t["pid"] == task.id() && t["name"] == "probe-task")
+        }) {
+            break tasks;
+        }
+        if t0.elapsed() > Duration::from_secs(10) {
+            break tasks;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        shown.is_some_and(|t| t.as_array().is_some_and(|t| t.len() == 1)),
+        "the side task is not in the agent's state: {:?}",
+        status(&dir)
+    );
+    let text = Command::new(built("freeride"))
+        .args(["status", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("side tasks: 1") && text.contains("probe-task"),
+        "{text}"
+    );
+    assert!(
+        !finished.exists(),
+        "the status file of a finished, gone side task stayed"
+    );
+    task.kill().unwrap();
+    task.wait().unwrap();
+    let t0 = Instant::now();
+    while live.exists() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!live.exists(), "the status file of a dead side task stayed");
+    // The job's rings are drained and removed; then the agent stops.
+    let t0 = Instant::now();
+    while !freeride_abi::session::list_rings(&dir).unwrap().is_empty()
+        && t0.elapsed() < Duration::from_secs(10)
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let made: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    for f in ["agent.pid", "doorbell", "grant-gpu0", "grant-gpu1"] {
+        assert!(made.iter().any(|m| m == f), "{f} not made: {made:?}");
+    }
+    // SAFETY: plain kill(2) of our child.
+    unsafe { libc::kill(a.id() as i32, libc::SIGTERM) };
+    assert!(a.wait().unwrap().success());
+    let left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(left.is_empty(), "the stopped agent left {left:?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -48,6 +48,7 @@ impl Bed {
             N.fetch_add(1, Ordering::Relaxed)
         ));
         let _ = std::fs::remove_dir_all(&root);
+        freeride_abi::scratch::remove_at_exit(&root);
         let session = root.join("session");
         std::fs::create_dir_all(&session).unwrap();
         std::fs::create_dir_all(root.join("sim")).unwrap();

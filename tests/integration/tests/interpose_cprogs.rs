@@ -45,6 +45,8 @@ fn bin() -> &'static Path {
         let _ = std::fs::remove_dir_all(&d);
         let lib = d.join("lib");
         std::fs::create_dir_all(&lib).unwrap();
+        // Kept for every test of this binary (a static is never dropped): removed at its exit.
+        freeride_abi::scratch::remove_at_exit(&d);
         let s = src();
         let sp = |n: &str| s.join(n).to_str().unwrap().to_string();
         let lp = |n: &str| lib.join(n).to_str().unwrap().to_string();
@@ -483,10 +485,13 @@ fn signals_never_deadlock() {
     assert!(get(&m, "launch", "__cudaLaunchKernel") <= 200_000 + hits);
 }
 
+/// A program that never calls CUDA runs as without freeride: no ring, no event. Traced
+/// (`FREERIDE_TRACE`, a debugging view), the interposer initializes at load time, so the trace
+/// still shows it was there: its process_start and process_exit lines, nothing else.
 #[test]
 fn no_cuda_runs_exactly_as_without_freeride() {
     let plain = run_with("nocuda", &[], &[], false);
-    let hooked = run_with("nocuda", &[], &[], true);
+    let hooked = run_with("nocuda", &[], &[("FREERIDE_TRACE", "")], true);
     assert_eq!(plain.stdout, hooked.stdout);
     assert!(hooked.events.is_empty());
     assert!(
@@ -495,6 +500,19 @@ fn no_cuda_runs_exactly_as_without_freeride() {
             .next()
             .is_none(),
         "no ring without CUDA use"
+    );
+    let traced = run("nocuda");
+    assert_eq!(plain.stdout, traced.stdout);
+    let kinds: Vec<&str> = traced
+        .events
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap_or("?"))
+        .collect();
+    assert_eq!(
+        kinds,
+        ["process_start", "process_exit"],
+        "{:?}",
+        traced.events
     );
 }
 

@@ -47,6 +47,7 @@ fn run(style: &str, schedule: &str) {
     ));
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(work.join("session")).unwrap();
+    freeride_abi::scratch::remove_at_exit(&work);
     std::fs::set_permissions(
         work.join("session"),
         std::os::unix::fs::PermissionsExt::from_mode(0o700),

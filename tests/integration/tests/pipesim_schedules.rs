@@ -401,6 +401,7 @@ fn killed_stage_ends_the_job() {
 fn truth_file_shows_every_launch_path() {
     let dir = std::env::temp_dir().join(format!("pipesim-truth-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    freeride_abi::scratch::remove_at_exit(&dir);
     let path = dir.join("truth.jsonl");
     let out = pipesim(&[
         "--stages",
@@ -476,6 +477,7 @@ int ncclSend(const void *b, size_t c, int dt, int peer, void *comm, void *s) {
 "#;
     let dir = std::env::temp_dir().join(format!("pipesim-hook-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    freeride_abi::scratch::remove_at_exit(&dir);
     let (src, lib) = (dir.join("hook.c"), dir.join("hook.so"));
     std::fs::write(&src, HOOK).unwrap();
     let cc = Command::new("cc")

@@ -40,10 +40,10 @@ pub enum VisibleArg {
 #[derive(Args, Clone, Debug, Default)]
 pub struct ParallelArgs {
     /// Tensor-parallel processes per stage (one GPU each).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = at_least_one::<u32>)]
     pub tp: u32,
     /// Transformer layers per stage (each with its tensor-parallel collectives).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = at_least_one::<u32>)]
     pub layers: u32,
     /// Sequence parallelism: all-gather + reduce-scatter instead of each all-reduce.
     #[arg(long)]
@@ -52,10 +52,10 @@ pub struct ParallelArgs {
     #[arg(long, value_name = "MS", default_value_t = 0.0)]
     pub tp_comm: f64,
     /// Data-parallel pipeline replicas.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = at_least_one::<u32>)]
     pub dp: u32,
     /// Gradient buckets per model chunk, reduced during the last micro-batch's backward.
-    #[arg(long, value_name = "K", default_value_t = 1)]
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = at_least_one::<u32>)]
     pub dp_buckets: u32,
     /// Transfer time of a model chunk's gradient reduction (all buckets; with a CSV: of each
     /// UNSHARD and REDUCE_GRAD), ms.
@@ -102,8 +102,26 @@ pub struct PlacementArgs {
     #[arg(long, value_enum, default_value = "all")]
     pub visible_devices: VisibleArg,
     /// Simulated nodes the ranks are spread over (each with its own session directory).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = at_least_one::<u32>)]
     pub nodes: u32,
+}
+
+/// A count's value: a whole number, at least 1. Clap names the flag and the value around the
+/// message ("invalid value '-1' for '--stages <STAGES>': must be at least 1"); a command that
+/// takes such flags sets `allow_negative_numbers`, so that `-1` reads as a value, not a flag.
+pub fn at_least_one<T>(s: &str) -> Result<T, String>
+where
+    T: std::str::FromStr + PartialOrd + From<u8>,
+{
+    match s.trim().parse::<T>() {
+        Ok(v) if v >= T::from(1) => Ok(v),
+        Ok(_) => Err("must be at least 1".into()),
+        Err(_) => match s.trim().parse::<i128>() {
+            Ok(n) if n < 1 => Err("must be at least 1".into()),
+            Ok(_) => Err("too large".into()),
+            Err(_) => Err("must be a whole number, at least 1".into()),
+        },
+    }
 }
 
 /// The flags that describe a simulated training job.
@@ -116,14 +134,16 @@ pub struct JobArgs {
     /// torch's semantics instead of --schedule.
     #[arg(long, value_name = "FILE")]
     pub schedule_csv: Option<PathBuf>,
-    /// Pipeline stages (default 4; a CSV's rows).
-    #[arg(long)]
+    /// Pipeline stages (default 4; a CSV's rows). Every process gets its own simulated GPU: the
+    /// job gets as many as it needs, at least 8, unless FREERIDE_SIM_DEVICES says how many there
+    /// are.
+    #[arg(long, value_parser = at_least_one::<u32>)]
     pub stages: Option<u32>,
     /// Micro-batches per iteration (default 8; a CSV's).
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one::<u32>)]
     pub microbatches: Option<u32>,
     /// Model chunks per rank (interleaved only; default 2 there, 1 otherwise).
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one::<u32>)]
     pub chunks: Option<u32>,
     /// Forward time of one micro-batch on one stage, ms (with a CSV: per CSV stage).
     #[arg(long, default_value_t = 10.0)]
@@ -144,14 +164,15 @@ pub struct JobArgs {
     /// (torch.distributed.pipelining; a CSV's), overlapped (Megatron's overlap_p2p_comm).
     #[arg(long, value_enum)]
     pub style: Option<StyleArg>,
-    /// Training iterations (the first is left out of the report).
-    #[arg(long, default_value_t = 3)]
+    /// Training iterations (pipesim's report leaves the first out; freeride sim scores those after
+    /// the second, and needs at least 3).
+    #[arg(long, default_value_t = 3, value_parser = at_least_one::<u32>)]
     pub iterations: u32,
     /// Change the micro-batch count from iteration ITER (0-based) on (with --then-microbatches).
-    #[arg(long, value_name = "ITER", requires = "then_microbatches")]
+    #[arg(long, value_name = "ITER", requires = "then_microbatches", value_parser = at_least_one::<u32>)]
     pub change_at: Option<u32>,
     /// The micro-batch count from --change-at on.
-    #[arg(long, value_name = "M", requires = "change_at")]
+    #[arg(long, value_name = "M", requires = "change_at", value_parser = at_least_one::<u32>)]
     pub then_microbatches: Option<u32>,
     /// torch, overlapped and CSV jobs: per-peer: each peer pair's sends and receives on its own
     /// 2-rank communicator and stream; shared: all of a rank's on one stream and the pipeline's
@@ -465,7 +486,7 @@ impl JobArgs {
                 .map_err(|e| format!("--then-microbatches {m}: {e}"))?;
         }
         cfg.topology().validate()?;
-        crate::topology::check_devices(cfg.topology().world())?;
+        crate::devices::for_job(cfg.topology().world())?;
         crate::validate::validate(&cfg)?;
         Ok(cfg)
     }

@@ -13,13 +13,17 @@
 //! * [`config`]: the job description shared by the launcher and the stage processes.
 //! * [`truth`]: reads the simulated GPU's ground-truth trace and measures iterations and idle time.
 //! * [`standins`]: the folder of stand-in libraries the dynamic linker searches.
+//! * [`devices`]: how many simulated GPUs a job gets (`FREERIDE_SIM_DEVICES`).
+//! * [`procs`]: child processes that end with their parent; SIGINT/SIGTERM as a request to stop.
 pub mod cli;
 pub mod config;
 pub mod csv;
+pub mod devices;
 pub mod lower;
 pub mod model;
 pub mod noise;
 pub mod placement;
+pub mod procs;
 pub mod program;
 pub mod schedule;
 pub mod sim;

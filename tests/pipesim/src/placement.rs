@@ -3,7 +3,8 @@
 //! when the job spans several nodes under freeride, its node's session directory. Side tasks
 //! started beside the job on a GPU get the same view of it ([`gpu_env`]).
 use crate::config::{env, JobConfig};
-use crate::topology::{sim_devices_for, Topology, SIM_DEVICES};
+use crate::devices::{self, SIM_DEVICES};
+use crate::topology::Topology;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -18,7 +19,7 @@ pub struct Env {
 }
 
 /// The view of physical GPU `gpu` a process on it gets: its `CUDA_VISIBLE_DEVICES` (or none) and
-/// the device ordinal to use, plus `FREERIDE_SIM_DEVICES` when the default does not cover the job
+/// the device ordinal to use, plus the simulated machine's device count (`FREERIDE_SIM_DEVICES`)
 /// and the node's session directory when `node_dirs` names one per node.
 pub fn gpu_env(topo: &Topology, gpu: u32, node_dirs: &[PathBuf]) -> (Env, u32) {
     let mut e = Env::default();
@@ -27,8 +28,10 @@ pub fn gpu_env(topo: &Topology, gpu: u32, node_dirs: &[PathBuf]) -> (Env, u32) {
         Some(v) => e.set.push(("CUDA_VISIBLE_DEVICES".into(), v.into())),
         None => e.remove.push("CUDA_VISIBLE_DEVICES".into()),
     }
-    if let Some(n) = sim_devices_for(topo.world()) {
-        e.set.push((SIM_DEVICES.into(), n.into()));
+    // Every process of the job and beside it sees the same simulated machine (the job's
+    // configuration was checked against it: `devices::for_job` succeeds).
+    if let Ok(n) = devices::for_job(topo.world()) {
+        e.set.push((SIM_DEVICES.into(), n.to_string().into()));
     }
     if let Some(d) = node_dirs.get(topo.node(gpu) as usize) {
         e.set.push((SESSION_DIR.into(), d.clone().into_os_string()));

@@ -8,41 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Largest job: the simulated GPU has at most 64 devices.
-pub const MAX_WORLD: u32 = 64;
-
-/// The simulated GPU's device count variable and its default (simgpu's).
-pub const SIM_DEVICES: &str = "FREERIDE_SIM_DEVICES";
-pub const DEFAULT_SIM_DEVICES: u32 = 8;
-
-/// Checks that the simulated machine has the job's `world` GPUs: `FREERIDE_SIM_DEVICES` when it
-/// is set (when it is not, [`sim_devices_for`] gives the value the job's processes get).
-pub fn check_devices(world: u32) -> Result<(), String> {
-    let Some(v) = std::env::var(SIM_DEVICES)
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-    else {
-        return Ok(());
-    };
-    let n: u32 = v
-        .trim()
-        .parse()
-        .map_err(|_| format!("{SIM_DEVICES}={v:?} is not a number"))?;
-    if world > n.min(MAX_WORLD) {
-        return Err(format!(
-            "the job needs {world} GPUs but {SIM_DEVICES} is {n} (unset it, or set it to {world} or more, at most {MAX_WORLD})"
-        ));
-    }
-    Ok(())
-}
-
-/// `FREERIDE_SIM_DEVICES` for the job's processes (and side tasks) when it is not set and the
-/// default does not cover the job's `world` GPUs.
-pub fn sim_devices_for(world: u32) -> Option<String> {
-    let set = std::env::var(SIM_DEVICES)
-        .ok()
-        .is_some_and(|v| !v.trim().is_empty());
-    (!set && world > DEFAULT_SIM_DEVICES).then(|| world.to_string())
-}
+pub const MAX_WORLD: u32 = crate::devices::MAX_DEVICES;
 
 /// What a process sees of the GPUs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

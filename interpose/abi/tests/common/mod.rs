@@ -17,6 +17,7 @@ pub fn tmpdir(tag: &str) -> PathBuf {
     ));
     let _ = std::fs::remove_dir_all(&d);
     freeride_abi::session::ensure_dir(&d).unwrap();
+    freeride_abi::scratch::remove_at_exit(&d);
     d
 }
 

@@ -218,10 +218,26 @@ fn collective(comm: &CommShared, seq: u64, bytes: u64, t0: u64) -> Result<u64, N
 mod tests {
     use super::*;
 
+    /// Ranks of one communicator; their folder goes with them (also when a test fails).
+    struct Ranks(std::path::PathBuf, Vec<Arc<CommShared>>);
+
+    impl std::ops::Deref for Ranks {
+        type Target = [Arc<CommShared>];
+        fn deref(&self) -> &Self::Target {
+            &self.1
+        }
+    }
+
+    impl Drop for Ranks {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
     /// `n` ranks of one communicator file, as separate mappings (like separate processes).
-    fn ranks(n: usize, tag: &str) -> Vec<Arc<CommShared>> {
+    fn ranks(n: usize, tag: &str) -> Ranks {
         let dir = std::env::temp_dir().join(format!("nccl-work-test-{}-{tag}", std::process::id()));
-        (0..n)
+        let comms = (0..n)
             .map(|r| {
                 let map = Mapping::open_in(&dir, "t", n).unwrap();
                 map.rank(r).pid.store(std::process::id(), Ordering::Release);
@@ -231,7 +247,8 @@ mod tests {
                     async_error: AtomicI32::new(NCCL_SUCCESS),
                 })
             })
-            .collect()
+            .collect();
+        Ranks(dir, comms)
     }
 
     #[test]

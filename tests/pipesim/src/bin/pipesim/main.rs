@@ -8,7 +8,7 @@ use clap::Parser;
 use pipesim::cli::JobArgs;
 use pipesim::config::{env, JobConfig};
 use pipesim::model::{Cost, ModelResult};
-use pipesim::{placement, standins, truth, validate};
+use pipesim::{placement, procs, standins, truth, validate};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode};
@@ -64,11 +64,17 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // SIGINT/SIGTERM/SIGHUP: the stages are killed and every folder made here removed (the
+    // guards in `run` drop on the way out), then the exit status says which signal it was.
+    procs::interrupt::install();
     match run(&cli, &cfg, truth_path) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("pipesim: {e}");
-            ExitCode::from(1)
+            match procs::interrupt::pending() {
+                Some(sig) => ExitCode::from(procs::interrupt::exit_code(sig) as u8),
+                None => ExitCode::from(1),
+            }
         }
     }
 }
@@ -178,6 +184,8 @@ fn run(cli: &Cli, cfg: &JobConfig, truth_path: Option<PathBuf>) -> Result<(), St
     for r in 0..world {
         let env = placement::stage_env(cfg, r as u32, &cli.node_session_dirs);
         let mut cmd = Command::new(&stage_exe);
+        // A stage dies with the launcher, however the launcher ends.
+        procs::tie_to_parent(&mut cmd, false, libc::SIGKILL);
         cmd.env(env::JOB_DIR, &job_dir)
             .env(env::CONFIG, &cfg_json)
             .env(simgpu_env::SIM_DIR, &sim_dir)
@@ -196,6 +204,9 @@ fn run(cli: &Cli, cfg: &JobConfig, truth_path: Option<PathBuf>) -> Result<(), St
         }
     }
     wait_all(&mut children, Duration::from_secs_f64(cli.timeout))?;
+    if let Some(sig) = procs::interrupt::pending() {
+        return Err(format!("interrupted ({})", procs::interrupt::name(sig)));
+    }
 
     let tr = truth::Trace::read(&trace)
         .map_err(|e| format!("reading the truth {}: {e}", trace.display()))?;
@@ -299,6 +310,13 @@ fn wait_all(children: &mut [Child], timeout: Duration) -> Result<(), String> {
                     return Err(format!("stage {r}: wait failed: {e}"));
                 }
             }
+        }
+        if let Some(sig) = procs::interrupt::pending() {
+            kill_all(children);
+            return Err(format!(
+                "interrupted ({}); stages killed",
+                procs::interrupt::name(sig)
+            ));
         }
         if Instant::now() > deadline {
             kill_all(children);
