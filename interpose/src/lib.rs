@@ -5,7 +5,8 @@
 //! * [`rt`]: process state (lazy init state machine, rings, fork/exit handling) and the hook path.
 //! * [`comm`]: GPU-side timing of NCCL ops: driver event pool and the lazily started poller.
 //! * [`trace`]: `FREERIDE_TRACE` JSON-lines writer thread.
-//! * [`gate`]: the side-task gate extension point (a later issue).
+//! * [`gate`]: the side-task gate: launches held to their GPU's grant, memory to its budget.
+//! * [`memtable`]: the fixed lock-free table the memory hooks and the gate keep allocations in.
 //!
 //! Hook-path rules: no allocation, no lock, no system call, no panic; a per-thread re-entrancy
 //! guard; one atomic state check, a clock read, a push into a preallocated ring, the real call.
@@ -15,5 +16,6 @@ pub mod comm;
 pub mod dl;
 pub mod gate;
 pub mod hooks;
+pub mod memtable;
 pub mod rt;
 pub mod trace;

@@ -192,6 +192,8 @@ apis! {
     CuMemPoolCreate = 72 => "cuMemPoolCreate",
     CuDeviceGetDefaultMemPool = 73 => "cuDeviceGetDefaultMemPool",
     CuDeviceGetMemPool = 74 => "cuDeviceGetMemPool",
+    // Driver (continued): what `cuCtxSynchronize` is from CUDA 13.0 (it takes the context).
+    CuCtxSynchronizeV2 = 75 => "cuCtxSynchronize_v2",
     // libc
     Dlsym = 96 => "dlsym",
 }
