@@ -4,6 +4,7 @@ pub mod collect;
 pub mod evict;
 pub mod grants;
 pub mod inference;
+pub mod memview;
 pub mod node;
 pub mod report;
 pub mod sidetasks;

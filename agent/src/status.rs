@@ -35,6 +35,8 @@ pub fn to_json(now_ns: u64, agent_pid: u32, gpus: &[GpuState], procs: &[ProcessV
             "events": p.events,
             "dropped": p.dropped,
             "invalid": p.invalid,
+            "mem_held_bytes": p.mem_held_bytes,
+            "mem_by_device": p.mem_by_device.iter().map(|(d, b)| json!({"device": d, "bytes": b})).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
     })
 }
