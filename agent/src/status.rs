@@ -138,5 +138,20 @@ pub fn prometheus(gpus: &[GpuState], procs: &[ProcessView]) -> String {
             p.pid, p.device, p.dropped
         );
     }
+    let _ = writeln!(
+        s,
+        "# HELP freeride_process_memory_bytes Device memory a process holds on a GPU (every hooked allocation path)."
+    );
+    let _ = writeln!(s, "# TYPE freeride_process_memory_bytes gauge");
+    for p in procs {
+        let role = p.role.map_or("unknown", |r| r.name());
+        for (d, b) in &p.mem_by_device {
+            let _ = writeln!(
+                s,
+                "freeride_process_memory_bytes{{pid=\"{}\",role=\"{role}\",gpu=\"{d}\"}} {b}",
+                p.pid
+            );
+        }
+    }
     s
 }

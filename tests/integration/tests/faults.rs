@@ -457,7 +457,9 @@ fn the_trainers_memory_on_every_path_shows_in_the_agents_view() {
     let bed = Bed::new("memview");
     let _agent = bed.agent(&[]);
     let mem_paths = freeride_tests::cprog("mem_paths", &["-lcudart"]);
-    let cases: [(&[&str], &[(i64, u64)]); 9] = [
+    // (mem_paths arguments, the (GPU, MiB) it then holds).
+    type Case<'a> = (&'a [&'a str], &'a [(i64, u64)]);
+    let cases: [Case; 9] = [
         (&["malloc", "32", "16"], &[(0, 48)]),
         (&["pitch", "32", "16"], &[(0, 48)]),
         (&["managed", "32", "16"], &[(0, 48)]),

@@ -826,11 +826,15 @@ fn scenario_memory_paths() {
     let (c, r) = (create as usize, release as usize);
     let dev_addr = &dev as *const AllocProp as usize;
     std::thread::spawn(move || {
+        type Create = unsafe extern "C" fn(*mut u64, usize, *const AllocProp, u64) -> i32;
+        type Release = unsafe extern "C" fn(u64) -> i32;
         // SAFETY: the same two driver functions, transmuted back to their types.
-        let (c, r): (
-            unsafe extern "C" fn(*mut u64, usize, *const AllocProp, u64) -> i32,
-            unsafe extern "C" fn(u64) -> i32,
-        ) = unsafe { (std::mem::transmute(c), std::mem::transmute(r)) };
+        let (c, r) = unsafe {
+            (
+                std::mem::transmute::<usize, Create>(c),
+                std::mem::transmute::<usize, Release>(r),
+            )
+        };
         let mut h = 0u64;
         ok!(c(&mut h, 2 * MIB, dev_addr as *const AllocProp, 0));
         ok!(r(h));

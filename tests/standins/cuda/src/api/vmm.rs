@@ -63,7 +63,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn granular(size: u64) -> CuResult<u64> {
-    if size == 0 || size % GRANULARITY != 0 {
+    if size == 0 || !size.is_multiple_of(GRANULARITY) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     Ok(size)
@@ -241,7 +241,7 @@ pub unsafe extern "C" fn cuMemMap(
         let phys = HANDLES
             .get(handle as usize)
             .ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        if size > phys.size || ptr % GRANULARITY != 0 || !reserved(ptr, size) {
+        if size > phys.size || !ptr.is_multiple_of(GRANULARITY) || !reserved(ptr, size) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let mut m = lock(&MAPPED);
