@@ -307,6 +307,15 @@ fn fit(
     }
 }
 
+/// Retires what completed (learning its durations) and publishes what is left in flight for the
+/// watchdog (gate lock held).
+fn look(st: &mut Inner, d: Option<&'static drv::Drv>, now: u64) -> inflight::InFlight {
+    let dur = &mut st.dur;
+    let fl = inflight::retire(d, now, |k, ns| dur.learn(k, ns));
+    publish_status(fl.all.count as u64, fl.all.due_ns, fl.all.admitted_ns, now);
+    fl
+}
+
 /// A launch of `key` on `stream`: admitted, or why it waits. `admitted_with` (a launch inside an
 /// admitted NCCL call): it goes at once, tracked as that call's work.
 fn decide(
@@ -325,10 +334,8 @@ fn decide(
     if let Some(d) = d {
         inflight::ensure_pool(d, gi);
     }
-    let dur = &mut st.dur;
-    let fl = inflight::retire(d, now, |k, ns| dur.learn(k, ns));
+    let fl = look(st, d, now);
     let pend = fl.gpu[gi];
-    publish_status(fl.all.count as u64, fl.all.due_ns, fl.all.admitted_ns, now);
     let est = st.dur.estimate(key).unwrap_or(cfg.default_ns);
     if !admitted_with {
         match fit(st, cfg, now, dev, &pend, est, waited_ns) {
@@ -365,10 +372,7 @@ fn decide(
 fn decide_comm(cfg: &Config, now: u64, gpus: u64, key: u64, waited_ns: u64) -> Decision {
     let mut l = lock();
     let st = l.inner();
-    let d = drv::get();
-    let dur = &mut st.dur;
-    let fl = inflight::retire(d, now, |k, ns| dur.learn(k, ns));
-    publish_status(fl.all.count as u64, fl.all.due_ns, fl.all.admitted_ns, now);
+    let fl = look(st, drv::get(), now);
     let est = st.dur.estimate(key).unwrap_or(cfg.default_ns);
     let mut starving = false;
     for g in (0..MAX_GPUS).filter(|g| gpus >> g & 1 == 1) {
@@ -401,13 +405,8 @@ pub fn after_sync() {
     if config().is_none() {
         return;
     }
-    let now = now_ns();
     let mut l = lock();
-    let st = l.inner();
-    let d = drv::get();
-    let dur = &mut st.dur;
-    let fl = inflight::retire(d, now, |k, ns| dur.learn(k, ns));
-    publish_status(fl.all.count as u64, fl.all.due_ns, fl.all.admitted_ns, now);
+    look(l.inner(), drv::get(), now_ns());
 }
 
 thread_local! {

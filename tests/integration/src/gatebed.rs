@@ -141,6 +141,27 @@ impl Drop for Heart {
     }
 }
 
+/// Opens `w`'s grant `n` times, each for `open_ns` with a GPU-time budget of `budget_ns`, one every
+/// `period_ns`, closed in between; (when it opened, its deadline) of each.
+pub fn grant_cycles(
+    w: &GrantWriter,
+    n: usize,
+    open_ns: u64,
+    budget_ns: u64,
+    period_ns: u64,
+) -> Vec<(u64, u64)> {
+    (0..n)
+        .map(|_| {
+            let t = now_ns();
+            let until = w.open_for(open_ns, budget_ns, 0);
+            sleep_until(until);
+            w.close(0);
+            sleep_until(t + period_ns);
+            (t, until)
+        })
+        .collect()
+}
+
 pub fn sleep_until(t: u64) {
     let now = now_ns();
     if t > now {

@@ -5,7 +5,7 @@
 //! another GPU's grant holds back).
 use freeride_abi::grant_shm::GrantWriter;
 use freeride_abi::now_ns;
-use freeride_tests::gatebed::{heart, kill, sleep_until, Bed, Ran, MS};
+use freeride_tests::gatebed::{grant_cycles, heart, kill, sleep_until, Bed, Ran, MS};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout};
@@ -60,15 +60,7 @@ fn graph_launches_stay_inside_grants() {
     let pid = child.id();
     let closed = (now_ns(), now_ns() + 300 * MS);
     std::thread::sleep(Duration::from_millis(300));
-    let mut grants = vec![];
-    for _ in 0..6 {
-        let t = now_ns();
-        let until = w.open_for(20 * MS, 20 * MS, 0);
-        grants.push((t, until));
-        sleep_until(until);
-        w.close(0);
-        sleep_until(t + 100 * MS);
-    }
+    let grants = grant_cycles(&w, 6, 20 * MS, 20 * MS, 100 * MS);
     let to = now_ns();
     kill(child);
     let ks: Vec<Ran> = bed

@@ -5,7 +5,7 @@
 //! sees kernel durations (kernelParams[0]); it learns them from its own completion events.
 use freeride_abi::grant_shm::{GrantFields, GrantWriter};
 use freeride_abi::now_ns;
-use freeride_tests::gatebed::{heart, kill, sleep_until, Bed, MS};
+use freeride_tests::gatebed::{grant_cycles, heart, kill, sleep_until, Bed, MS};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -59,15 +59,7 @@ fn never_yielding_sidetask_runs_only_inside_grants() {
     std::thread::sleep(Duration::from_millis(300));
     let closed_to = now_ns();
     // Grants of 20 ms every 100 ms.
-    let mut grants = vec![];
-    for _ in 0..6 {
-        let t = now_ns();
-        let until = w.open_for(20 * MS, 20 * MS, 0);
-        grants.push((t, until));
-        sleep_until(until);
-        w.close(0);
-        sleep_until(t + 100 * MS);
-    }
+    let grants = grant_cycles(&w, 6, 20 * MS, 20 * MS, 100 * MS);
     let truth_to = now_ns();
     kill(child);
     let ks = bed.kernels(pid);
