@@ -363,7 +363,8 @@ fn sig_of(api: Api, peer: i32, bytes: u64) -> CommSig {
 }
 
 fn translate(p: &mut Proc, d: &Decoded, now: Ns, out: &mut Vec<TrainerObs>) {
-    if d.device >= 0 && matches!(d.kind, Kind::Launch | Kind::CommOp | Kind::MemAlloc) {
+    // A memory record names the GPU the memory is on, which need not be the process's.
+    if d.device >= 0 && matches!(d.kind, Kind::Launch | Kind::CommOp) {
         p.view.device = d.device;
     }
     if let Some(e) = d.mem_effect() {

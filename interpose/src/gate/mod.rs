@@ -19,14 +19,15 @@
 //! 1. retires completed launches from the in-flight table ([`inflight`]) and learns their GPU
 //!    durations ([`durations`]: `cuEventElapsedTime` between an event recorded just before the
 //!    launch and one recorded just after it, per function; never the kernel's arguments);
-//! 2. reads its GPU's grant ([`grant`], lock-free): open, heartbeat fresh (<= `FREERIDE_GATE_STALE_MS`, default
-//!    100 ms: the agent touches it every ~50 µs) and before its deadline. A missing file or a
+//! 2. reads its GPU's grant ([`grant`], lock-free): open, heartbeat fresh
+//!    (<= `FREERIDE_GATE_STALE_MS`, default 100 ms: the agent touches it every ~50 µs) and before
+//!    its deadline. A missing file or a
 //!    stale heartbeat means CLOSED: a side task never runs ungoverned; so does a grant whose
 //!    `min_priority` is above this task's `FREERIDE_PRIORITY` (default 0: such grants are kept
 //!    for more important side tasks);
-//! 3. admits the launch iff, with `q` = the estimated GPU ns of its unfinished launches on that GPU and
-//!    `e` = this launch's estimate (`FREERIDE_GATE_DEFAULT_US`, default 1000 µs, until the function
-//!    has completed once):
+//! 3. admits the launch iff, with `q` = the estimated GPU ns of its unfinished launches on that
+//!    GPU and `e` = this launch's estimate (`FREERIDE_GATE_DEFAULT_US`, default 1000 µs, until
+//!    the function has completed once):
 //!    * `now + q + e <= open_until_ns` (its work drains before the predicted end of the bubble);
 //!    * `q + e <= FREERIDE_GATE_AHEAD_US` (default 2000 µs) unless nothing is in flight: the work
 //!      queued ahead stays bounded whatever the grant's length, so a grant closed EARLY (the
@@ -48,7 +49,9 @@
 //!    overrun that grant: the price of never starving.
 //!
 //! A launch into a stream being captured into a graph is admitted untracked (it runs later, as a
-//! graph launch, which is gated).
+//! graph launch, which is gated). If the event pool cannot be made (no context yet: retried on
+//! later launches) or an event cannot be recorded (another context), the launch is tracked on the
+//! host instead: in flight until a modelled end (a serial queue of estimates).
 //!
 //! # NCCL
 //! A collective or a group of point-to-point ops runs on every GPU it names at once, and NCCL's
@@ -57,9 +60,9 @@
 //! [`before_comm`] waits until the work fits the grant of every GPU its communicators are on
 //! (`ncclCommCuDevice`), estimated per (first op, communicator) from what those kernels took
 //! before; NCCL's kernels launched inside the call are then admitted without waiting and tracked
-//! as that work. A kernel is never left spinning on one GPU for a peer held on another. If the event pool cannot be made (no context yet: retried on
-//! later launches) or an event cannot be recorded (another context), the launch is tracked on the
-//! host instead: in flight until a modelled end (a serial queue of estimates).
+//! as that work. A kernel is never left spinning on one GPU for a peer held on another (a side
+//! task of one process; the ranks of a side task of several processes are held each by its own
+//! GPU's grant).
 //!
 //! `FREERIDE_GATE=off` disables the launch gate (debugging only: the side task then runs
 //! ungoverned). The memory budget ([`membudget`]) is independent of it.
