@@ -8,7 +8,8 @@
 //!   real function is the pointer the real look-up returned.
 //!
 //! A wrapper whose real function is unknown never calls NULL: it returns the library's own
-//! "not found" error. `tests` check the table against the wrappers and the exported symbols.
+//! "not found" error. `tests` check the table against the wrappers, the exported symbols and the
+//! driver's own entry points (names, versions, variants: the stand-in driver has the real ones).
 #![allow(non_snake_case)]
 
 use crate::{comm, dl, rt};
