@@ -6,6 +6,7 @@
 //! version, not ours) is retried at the next scan and reported once. A staging ring (see
 //! [`session`]) whose process is gone is removed.
 use crate::inference::{CommSig, Ns, Obs};
+use crate::memview::MemView;
 use freeride_abi::event::{Decoded, Event, Kind};
 use freeride_abi::reader::{OpenError, RingReader};
 use freeride_abi::ring::GateStatus;
@@ -43,12 +44,29 @@ pub struct ProcessView {
     pub events: u64,
     pub dropped: u64,
     pub invalid: u64,
-    /// Device memory the process holds (its successful allocations minus frees, as hooked).
+    /// Device memory the process holds (what its hooked allocations of every path still hold),
+    /// on all its GPUs.
     pub mem_held_bytes: u64,
+    /// The same per GPU: (device, bytes), in device order.
+    pub mem_by_device: Vec<(i32, u64)>,
+}
+
+impl ProcessView {
+    /// Device memory the process holds on GPU `device`.
+    pub fn mem_on(&self, device: i32) -> u64 {
+        mem_on(&self.mem_by_device, device)
+    }
+}
+
+fn mem_on(by_device: &[(i32, u64)], device: i32) -> u64 {
+    by_device
+        .iter()
+        .find(|(d, _)| *d == device)
+        .map_or(0, |(_, b)| *b)
 }
 
 /// A side task's ring as the watchdog looks at it (read from its header when asked).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct SidetaskRing {
     pub pid: u32,
     /// When the ring was made (CLOCK_MONOTONIC): with the pid, which process instance it is.
@@ -59,6 +77,15 @@ pub struct SidetaskRing {
     /// What its gate last published.
     pub gate: GateStatus,
     pub mem_held_bytes: u64,
+    /// (device, bytes held there), in device order.
+    pub mem_by_device: Vec<(i32, u64)>,
+}
+
+impl SidetaskRing {
+    /// Device memory it holds on GPU `device`.
+    pub fn mem_on(&self, device: i32) -> u64 {
+        mem_on(&self.mem_by_device, device)
+    }
 }
 
 /// A side task's ring the collector closed (drained, its writer gone).
@@ -71,16 +98,13 @@ pub struct ClosedRing {
     pub exited: bool,
 }
 
-/// Allocations tracked per process; past this many live ones, the oldest are forgotten.
-const MAX_TRACKED_ALLOCATIONS: usize = 1 << 16;
-
 struct Proc {
     reader: RingReader,
     view: ProcessView,
     /// Signatures of the NCCL groups being built, by group id.
     groups: HashMap<u32, CommSig>,
-    /// Live allocations: device pointer -> bytes.
-    allocations: HashMap<u64, u64>,
+    /// What its memory records say it holds.
+    mem: MemView,
     /// When the writer's process was last found alive (see [`LIVENESS_CHECK_NS`]).
     alive_at_ns: Ns,
 }
@@ -238,6 +262,7 @@ impl Collector {
                         dropped: info.dropped,
                         invalid: 0,
                         mem_held_bytes: 0,
+                        mem_by_device: vec![],
                     };
                     self.procs.insert(
                         path,
@@ -245,7 +270,7 @@ impl Collector {
                             reader,
                             view,
                             groups: HashMap::new(),
-                            allocations: HashMap::new(),
+                            mem: MemView::default(),
                             alive_at_ns: 0,
                         },
                     );
@@ -299,6 +324,7 @@ impl Collector {
                     exited: info.exited,
                     gate: p.reader.gate_status(),
                     mem_held_bytes: p.view.mem_held_bytes,
+                    mem_by_device: p.view.mem_by_device.clone(),
                 }
             })
             .collect()
@@ -337,30 +363,14 @@ fn sig_of(api: Api, peer: i32, bytes: u64) -> CommSig {
 }
 
 fn translate(p: &mut Proc, d: &Decoded, now: Ns, out: &mut Vec<TrainerObs>) {
-    if d.device >= 0 && matches!(d.kind, Kind::Launch | Kind::CommOp | Kind::MemAlloc) {
+    // A memory record names the GPU the memory is on, which need not be the process's.
+    if d.device >= 0 && matches!(d.kind, Kind::Launch | Kind::CommOp) {
         p.view.device = d.device;
     }
-    match d.event {
-        Event::MemAlloc {
-            bytes,
-            ptr,
-            result: 0,
-        } if ptr != 0 => {
-            if p.allocations.len() >= MAX_TRACKED_ALLOCATIONS {
-                p.allocations.clear();
-                p.view.mem_held_bytes = 0;
-            }
-            if let Some(old) = p.allocations.insert(ptr, bytes) {
-                p.view.mem_held_bytes = p.view.mem_held_bytes.saturating_sub(old);
-            }
-            p.view.mem_held_bytes += bytes;
-        }
-        Event::MemFree { ptr, result: 0 } => {
-            if let Some(b) = p.allocations.remove(&ptr) {
-                p.view.mem_held_bytes = p.view.mem_held_bytes.saturating_sub(b);
-            }
-        }
-        _ => {}
+    if let Some(e) = d.mem_effect() {
+        p.mem.apply(d.device, p.view.device, e);
+        p.view.mem_held_bytes = p.mem.total();
+        p.view.mem_by_device = p.mem.by_device();
     }
     if p.view.role != Some(Role::Trainer) {
         return;

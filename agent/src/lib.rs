@@ -8,6 +8,7 @@ pub mod evict;
 pub mod grants;
 pub mod inference;
 pub mod layout;
+pub mod memview;
 pub mod node;
 pub mod report;
 pub mod sidetasks;

@@ -139,14 +139,16 @@ impl Node {
             .retain(|pid, _| procs.iter().any(|p| p.pid == *pid));
         if let Some(grants) = &mut self.grants {
             for (pid, t) in &self.trainers {
+                // Memory on this trainer's GPU, whatever GPU each process mostly uses.
                 let mem = procs
                     .iter()
                     .find(|p| p.pid == *pid)
-                    .map_or(0, |p| p.mem_held_bytes);
+                    .map_or(0, |p| p.mem_on(t.device));
                 let side: Vec<(u32, u64)> = procs
                     .iter()
-                    .filter(|p| p.role == Some(Role::Sidetask) && p.device == t.device && !p.gone)
-                    .map(|p| (p.pid, p.mem_held_bytes))
+                    .filter(|p| p.role == Some(Role::Sidetask) && !p.gone)
+                    .filter(|p| p.device == t.device || p.mem_on(t.device) > 0)
+                    .map(|p| (p.pid, p.mem_on(t.device)))
                     .collect();
                 grants.update(now, t.device, t.detector.open_now(), mem, &side);
             }

@@ -35,6 +35,8 @@ pub fn to_json(now_ns: u64, agent_pid: u32, gpus: &[GpuState], procs: &[ProcessV
             "events": p.events,
             "dropped": p.dropped,
             "invalid": p.invalid,
+            "mem_held_bytes": p.mem_held_bytes,
+            "mem_by_device": p.mem_by_device.iter().map(|(d, b)| json!({"device": d, "bytes": b})).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
     })
 }
@@ -194,6 +196,21 @@ pub fn prometheus(gpus: &[GpuState], procs: &[ProcessView]) -> String {
             "freeride_dropped_events_total{{pid=\"{}\",gpu=\"{}\"}} {}",
             p.pid, p.device, p.dropped
         );
+    }
+    let _ = writeln!(
+        s,
+        "# HELP freeride_process_memory_bytes Device memory a process holds on a GPU (every hooked allocation path)."
+    );
+    let _ = writeln!(s, "# TYPE freeride_process_memory_bytes gauge");
+    for p in procs {
+        let role = p.role.map_or("unknown", |r| r.name());
+        for (d, b) in &p.mem_by_device {
+            let _ = writeln!(
+                s,
+                "freeride_process_memory_bytes{{pid=\"{}\",role=\"{role}\",gpu=\"{d}\"}} {b}",
+                p.pid
+            );
+        }
     }
     s
 }

@@ -264,8 +264,12 @@ impl Watchdog {
                 && gs.due_ns > 0
                 && since < now
                 && overdue > self.policy.hang_ns;
-            let held = r.mem_held_bytes;
-            let over = mem_budget(device).filter(|&b| b > 0 && held > b);
+            // Over the budget of any GPU it holds memory on: (that GPU, held there, its budget).
+            let over = r.mem_by_device.iter().find_map(|&(d, held)| {
+                mem_budget(d)
+                    .filter(|&b| b > 0 && held > b)
+                    .map(|b| (d, held, b))
+            });
             if over.is_some() {
                 w.over_mem_since.get_or_insert(now);
             } else {
@@ -290,16 +294,23 @@ impl Watchdog {
                         gs.due_ns
                     },
                 ));
-            } else if over.is_some() && over_for >= self.policy.mem_grace_ns {
+            } else if let Some((d, held, budget)) =
+                over.filter(|_| over_for >= self.policy.mem_grace_ns)
+            {
+                let on = if d == device {
+                    String::new()
+                } else {
+                    format!(" on GPU {d}")
+                };
                 doomed.push((
                     key,
                     device,
                     Reason::OverMemory,
                     format!(
-                        "over its memory budget: holds {} MiB, the budget is {} MiB, for {} ms \
-                         (grace {} ms)",
+                        "over its memory budget{on}: holds {} MiB, the budget is {} MiB, for {} \
+                         ms (grace {} ms)",
                         held >> 20,
-                        over.unwrap_or(0) >> 20,
+                        budget >> 20,
                         over_for / 1_000_000,
                         self.policy.mem_grace_ns / 1_000_000
                     ),

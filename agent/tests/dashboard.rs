@@ -28,7 +28,8 @@ fn exported() -> BTreeMap<String, BTreeSet<String>> {
         events: 1,
         dropped: 1,
         invalid: 0,
-        mem_held_bytes: 0,
+        mem_held_bytes: 1,
+        mem_by_device: vec![(0, 1)],
     };
     let wd = Watchdog::new(
         std::path::Path::new("/nonexistent"),

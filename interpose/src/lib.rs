@@ -7,7 +7,8 @@
 //! * [`trace`]: `FREERIDE_TRACE` JSON-lines writer thread ([`trace_exit`]: the lines of a process that
 //!   never initializes).
 //! * [`session_check`]: the one line about an unusable session directory.
-//! * [`gate`]: the side-task gate extension point (a later issue).
+//! * [`gate`]: the side-task gate: launches held to their GPU's grant, memory to its budget.
+//! * [`memtable`]: the fixed lock-free table the memory hooks and the gate keep allocations in.
 //!
 //! Hook-path rules: no allocation, no lock, no system call, no panic; a per-thread re-entrancy
 //! guard; one atomic state check, a clock read, a push into a preallocated ring, the real call.
@@ -17,6 +18,7 @@ pub mod comm;
 pub mod dl;
 pub mod gate;
 pub mod hooks;
+pub mod memtable;
 pub mod rt;
 pub mod session_check;
 pub mod trace;

@@ -43,12 +43,25 @@ pub enum Kind {
     /// A synchronize call. `t_ns` = when it was entered, `p0` = when it returned, `aux` = result
     /// code, `stream` = the stream or event waited on (0 for device/context).
     Sync = 9,
-    /// Device memory allocation. `p0` = bytes, `p1` = device pointer (0 on failure), `aux` = result.
+    /// Device memory allocation. `p0` = bytes, `p1` = device pointer (0 on failure), `aux` = result,
+    /// `stream` = the stream of a stream-ordered allocation (0 otherwise), `device` = the device the
+    /// memory is on (-1: not device memory, or unknown). `api` says what `p1` is (see
+    /// [`Decoded::mem_effect`]): a device pointer (`cuMemAlloc_v2`, `cuMemAllocPitch_v2` with
+    /// `p0` = pitch x height, `cuMemAllocManaged`, `cuMemAllocAsync(_ptsz)`,
+    /// `cuMemAllocFromPoolAsync(_ptsz)`), or a physical allocation handle of the virtual memory
+    /// API (`cuMemCreate`; `cuMemRetainAllocationHandle` with `p0` = 0: one more reference to it).
     MemAlloc = 10,
-    /// Device memory free. `p1` = device pointer, `aux` = result.
+    /// Device memory free. `p1` = device pointer (`cuMemFree_v2`, `cuMemFreeAsync(_ptsz)` with its
+    /// `stream`) or physical allocation handle (`cuMemRelease`: one reference fewer), `aux` = result.
     MemFree = 11,
     /// Records lost because the ring was full since the last report. `p0` = count.
     Dropped = 12,
+    /// `cuMemMap`: `p0` = bytes, `p1` = virtual address, `p2` = physical allocation handle (the
+    /// mapping holds a reference to it), `aux` = result.
+    MemMap = 13,
+    /// `cuMemUnmap`: `p0` = bytes, `p1` = virtual address (every mapping in the range goes, with
+    /// its reference), `aux` = result.
+    MemUnmap = 14,
 }
 
 impl Kind {
@@ -66,6 +79,8 @@ impl Kind {
             10 => Kind::MemAlloc,
             11 => Kind::MemFree,
             12 => Kind::Dropped,
+            13 => Kind::MemMap,
+            14 => Kind::MemUnmap,
             _ => return None,
         })
     }
@@ -84,6 +99,8 @@ impl Kind {
             Kind::MemAlloc => "mem_alloc",
             Kind::MemFree => "mem_free",
             Kind::Dropped => "dropped",
+            Kind::MemMap => "mem_map",
+            Kind::MemUnmap => "mem_unmap",
         }
     }
 }
@@ -151,6 +168,17 @@ apis! {
     CuCtxSetCurrent = 50 => "cuCtxSetCurrent",
     CuCtxPushCurrentV2 = 51 => "cuCtxPushCurrent_v2",
     CuCtxPopCurrentV2 = 52 => "cuCtxPopCurrent_v2",
+    CuMemAllocPitchV2 = 53 => "cuMemAllocPitch_v2",
+    CuMemAllocManaged = 54 => "cuMemAllocManaged",
+    CuMemAllocFromPoolAsync = 55 => "cuMemAllocFromPoolAsync",
+    CuMemAllocFromPoolAsyncPtsz = 56 => "cuMemAllocFromPoolAsync_ptsz",
+    CuMemFreeAsync = 57 => "cuMemFreeAsync",
+    CuMemFreeAsyncPtsz = 58 => "cuMemFreeAsync_ptsz",
+    CuMemCreate = 59 => "cuMemCreate",
+    CuMemRelease = 60 => "cuMemRelease",
+    CuMemMap = 61 => "cuMemMap",
+    CuMemUnmap = 62 => "cuMemUnmap",
+    CuMemRetainAllocationHandle = 63 => "cuMemRetainAllocationHandle",
     // NCCL, exported by libfreeride, forwarding to pncclX.
     NcclSend = 64 => "ncclSend",
     NcclRecv = 65 => "ncclRecv",
@@ -160,6 +188,12 @@ apis! {
     NcclReduceScatter = 69 => "ncclReduceScatter",
     NcclAllGather = 70 => "ncclAllGather",
     NcclBroadcast = 71 => "ncclBroadcast",
+    // Driver (continued): memory pools (which device a pool's memory is on).
+    CuMemPoolCreate = 72 => "cuMemPoolCreate",
+    CuDeviceGetDefaultMemPool = 73 => "cuDeviceGetDefaultMemPool",
+    CuDeviceGetMemPool = 74 => "cuDeviceGetMemPool",
+    // Driver (continued): what `cuCtxSynchronize` is from CUDA 13.0 (it takes the context).
+    CuCtxSynchronizeV2 = 75 => "cuCtxSynchronize_v2",
     // libc
     Dlsym = 96 => "dlsym",
 }
@@ -334,6 +368,43 @@ pub enum Event {
     Dropped {
         count: u64,
     },
+    MemMap {
+        bytes: u64,
+        va: u64,
+        handle: u64,
+        result: u32,
+    },
+    MemUnmap {
+        bytes: u64,
+        va: u64,
+        result: u32,
+    },
+}
+
+/// What a successful memory event does to the device memory its process holds: the one reading
+/// of the memory records that every consumer shares (the agent's accounting, the gate's budget
+/// follows the same rules in its own tables).
+///
+/// Device memory is held from an allocation of a device pointer until its free; a physical
+/// allocation of the virtual memory API (`cuMemCreate`) is held while anything refers to it: its
+/// handle (until `cuMemRelease`; `cuMemRetainAllocationHandle` adds one more) and every mapping
+/// of it (`cuMemMap` until `cuMemUnmap`), as the driver keeps it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemEffect {
+    /// `bytes` at device pointer `ptr` are held.
+    Alloc { ptr: u64, bytes: u64 },
+    /// The allocation at `ptr` is freed.
+    Free { ptr: u64 },
+    /// A physical allocation of `bytes` with one reference (its handle).
+    Create { handle: u64, bytes: u64 },
+    /// One more reference to physical allocation `handle`.
+    Retain { handle: u64 },
+    /// One reference fewer (the handle released).
+    Release { handle: u64 },
+    /// A mapping of `handle` at `va` (one more reference).
+    Map { va: u64, bytes: u64, handle: u64 },
+    /// Every mapping in `[va, va + bytes)` goes (one reference fewer each).
+    Unmap { va: u64, bytes: u64 },
 }
 
 /// A record with its header fields checked and its payload decoded.
@@ -408,6 +479,17 @@ impl Decoded {
                 result: r.aux,
             },
             Kind::Dropped => Event::Dropped { count: r.p0 },
+            Kind::MemMap => Event::MemMap {
+                bytes: r.p0,
+                va: r.p1,
+                handle: r.p2,
+                result: r.aux,
+            },
+            Kind::MemUnmap => Event::MemUnmap {
+                bytes: r.p0,
+                va: r.p1,
+                result: r.aux,
+            },
         };
         Some(Decoded {
             t_ns: r.t_ns,
@@ -421,9 +503,106 @@ impl Decoded {
     }
 }
 
+impl Decoded {
+    /// What this event does to the memory its process holds (`None`: nothing, or it failed).
+    pub fn mem_effect(&self) -> Option<MemEffect> {
+        Some(match self.event {
+            Event::MemAlloc {
+                bytes,
+                ptr,
+                result: 0,
+            } if ptr != 0 => match self.api {
+                Api::CuMemCreate => MemEffect::Create { handle: ptr, bytes },
+                Api::CuMemRetainAllocationHandle => MemEffect::Retain { handle: ptr },
+                _ => MemEffect::Alloc { ptr, bytes },
+            },
+            Event::MemFree { ptr, result: 0 } if ptr != 0 => match self.api {
+                Api::CuMemRelease => MemEffect::Release { handle: ptr },
+                _ => MemEffect::Free { ptr },
+            },
+            Event::MemMap {
+                bytes,
+                va,
+                handle,
+                result: 0,
+            } => MemEffect::Map { va, bytes, handle },
+            Event::MemUnmap {
+                bytes,
+                va,
+                result: 0,
+            } => MemEffect::Unmap { va, bytes },
+            _ => return None,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_records_say_what_they_do_to_the_memory_held() {
+        let rec = |kind: Kind, api: Api, p: [u64; 3], aux: u32| {
+            Decoded::from_record(&Record {
+                kind: kind as u8,
+                api: api as u16,
+                aux,
+                p0: p[0],
+                p1: p[1],
+                p2: p[2],
+                ..Default::default()
+            })
+            .unwrap()
+            .mem_effect()
+        };
+        use MemEffect::*;
+        let alloc = Kind::MemAlloc;
+        assert_eq!(
+            rec(alloc, Api::CuMemAllocPitchV2, [4096, 0x10, 0], 0),
+            Some(Alloc {
+                ptr: 0x10,
+                bytes: 4096
+            })
+        );
+        assert_eq!(
+            rec(alloc, Api::CuMemCreate, [2 << 20, 7, 0], 0),
+            Some(Create {
+                handle: 7,
+                bytes: 2 << 20
+            })
+        );
+        assert_eq!(
+            rec(alloc, Api::CuMemRetainAllocationHandle, [0, 7, 0], 0),
+            Some(Retain { handle: 7 })
+        );
+        // Failed or empty calls do nothing.
+        assert_eq!(rec(alloc, Api::CuMemAllocV2, [64, 0, 0], 2), None);
+        assert_eq!(rec(alloc, Api::CuMemCreate, [64, 9, 0], 2), None);
+        assert_eq!(
+            rec(Kind::MemFree, Api::CuMemRelease, [0, 7, 0], 0),
+            Some(Release { handle: 7 })
+        );
+        assert_eq!(
+            rec(Kind::MemFree, Api::CuMemFreeAsync, [0, 0x10, 0], 0),
+            Some(Free { ptr: 0x10 })
+        );
+        assert_eq!(
+            rec(Kind::MemMap, Api::CuMemMap, [2 << 20, 0x4000, 7], 0),
+            Some(Map {
+                va: 0x4000,
+                bytes: 2 << 20,
+                handle: 7
+            })
+        );
+        assert_eq!(
+            rec(Kind::MemUnmap, Api::CuMemUnmap, [2 << 20, 0x4000, 0], 0),
+            Some(Unmap {
+                va: 0x4000,
+                bytes: 2 << 20
+            })
+        );
+        assert_eq!(rec(Kind::MemUnmap, Api::CuMemUnmap, [1, 2, 0], 1), None);
+    }
 
     #[test]
     fn record_roundtrip() {

@@ -116,10 +116,28 @@ pub fn write_line(out: &mut String, pid: u32, r: &Record) {
             );
         }
         Event::MemFree { ptr, result } => {
-            let _ = write!(out, r#","ptr":{ptr},"result":{result}"#);
+            let _ = write!(
+                out,
+                r#","stream":{},"ptr":{},"result":{}"#,
+                d.stream, ptr, result
+            );
         }
         Event::Dropped { count } => {
             let _ = write!(out, r#","count":{count}"#);
+        }
+        Event::MemMap {
+            bytes,
+            va,
+            handle,
+            result,
+        } => {
+            let _ = write!(
+                out,
+                r#","bytes":{bytes},"va":{va},"handle":{handle},"result":{result}"#
+            );
+        }
+        Event::MemUnmap { bytes, va, result } => {
+            let _ = write!(out, r#","bytes":{bytes},"va":{va},"result":{result}"#);
         }
     }
     out.push_str("}\n");

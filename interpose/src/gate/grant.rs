@@ -1,16 +1,20 @@
-//! The side task's view of its GPU's grant block (`grant-gpu<N>`, written by the agent).
+//! The side task's view of each GPU's grant block (`grant-gpu<N>`, written by the agent), one per
+//! device ordinal, read lock-free (the launch gate and the allocation hooks both read it; neither
+//! takes a lock for it).
 //!
-//! Mapped read-only on first use (slow path, gate lock held). A missing file, a bad block, a block
+//! Mapped read-only on first use (slow path of a side task). A missing file, a bad block, a block
 //! being updated (seqlock odd after a few tries), a stale heartbeat or a deadline in the past all
 //! read as CLOSED: a side task never runs ungoverned. While the grant reads closed, the file is
-//! looked at again every [`RECHECK_NS`] (stat, compare the inode; re-map if the agent replaced it,
-//! e.g. after a restart). An old mapping is never unmapped (another thread may still read it:
-//! 4 KiB per agent restart).
+//! looked at again every [`RECHECK_NS`] by one thread at a time (stat, compare the inode; re-map
+//! if the agent replaced it, e.g. after a restart). An old mapping is never unmapped (another
+//! thread may still read it: 4 KiB per agent restart).
+use super::membudget::{self, MAX_GPUS};
 use freeride_abi::grant::{Grant, GrantBlock, GRANT_LAYOUT_VERSION, GRANT_MAGIC};
 use freeride_abi::grant_shm::GrantMap;
 use freeride_abi::shm_file::file_id;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 /// The last foreign grant layout version reported (0: none), so that each is said once.
 static REPORTED_VERSION: AtomicU32 = AtomicU32::new(0);
@@ -34,11 +38,19 @@ fn warn_if_other_version(path: &Path, b: &GrantBlock) {
 
 pub const RECHECK_NS: u64 = 100_000_000;
 
-pub struct GrantView {
-    map: Option<&'static GrantMap>,
-    path: Option<PathBuf>,
-    checked_ns: u64,
+/// One GPU's block: the current mapping (leaked, never unmapped) and when the file was last
+/// looked at.
+struct View {
+    map: AtomicPtr<GrantMap>,
+    checked_ns: AtomicU64,
 }
+
+static VIEWS: [View; MAX_GPUS] = [const {
+    View {
+        map: AtomicPtr::new(std::ptr::null_mut()),
+        checked_ns: AtomicU64::new(0),
+    }
+}; MAX_GPUS];
 
 /// What the gate needs to know now.
 #[derive(Clone, Copy, Default)]
@@ -67,98 +79,91 @@ impl Now {
     }
 }
 
-impl Default for GrantView {
-    fn default() -> Self {
-        Self::new()
+fn path_of(gpu: usize) -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(freeride_abi::session::resolve_dir)
+        .join(freeride_abi::session::grant_file_name(gpu as u32))
+}
+
+fn block(v: &View) -> Option<&'static GrantBlock> {
+    let p = v.map.load(Ordering::Acquire);
+    // SAFETY: a non-null pointer here came from Box::leak of a live GrantMap: never freed.
+    (!p.is_null()).then(|| unsafe { &*p }.block())
+}
+
+fn snapshot(b: &GrantBlock) -> Option<Grant> {
+    for _ in 0..4 {
+        if let Some(g) = b.snapshot() {
+            return Some(g);
+        }
+        std::hint::spin_loop();
+    }
+    None
+}
+
+/// (Re-)maps GPU `gpu`'s file if it is new, replaced, or was missing: at most every
+/// [`RECHECK_NS`], by the thread that claims the look (the others go on with what is mapped).
+fn recheck(gpu: usize, now: u64) {
+    let v = &VIEWS[gpu];
+    let last = v.checked_ns.load(Ordering::Acquire);
+    if last != 0 && now.saturating_sub(last) < RECHECK_NS {
+        return;
+    }
+    if v.checked_ns
+        .compare_exchange(last, now.max(1), Ordering::AcqRel, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    let path = path_of(gpu);
+    let cur = v.map.load(Ordering::Acquire);
+    match file_id(&path) {
+        Some(id) => {
+            // SAFETY: as in `block`.
+            if !cur.is_null() && unsafe { &*cur }.id() == id {
+                return;
+            }
+            // Leaked on purpose: readers on other threads may still hold the old block.
+            let m = GrantMap::open(&path, false)
+                .ok()
+                .map_or(std::ptr::null_mut(), |m| Box::into_raw(Box::new(m)));
+            v.map.store(m, Ordering::Release);
+            if let Some(b) = block(v) {
+                warn_if_other_version(&path, b);
+            }
+        }
+        None => v.map.store(std::ptr::null_mut(), Ordering::Release),
     }
 }
 
-impl GrantView {
-    pub const fn new() -> Self {
-        GrantView {
-            map: None,
-            path: None,
-            checked_ns: 0,
-        }
+/// The grant of device `device` as it stands at `now` for a side task of `priority`. A grant
+/// whose `min_priority` is above `priority` reads closed (it is kept for more important side
+/// tasks). Lock-free.
+pub fn now(device: i32, now: u64, stale_ns: u64, priority: u64) -> Now {
+    let gpu = membudget::gpu(device);
+    let v = &VIEWS[gpu];
+    if v.map.load(Ordering::Acquire).is_null() {
+        recheck(gpu, now);
     }
-
-    /// Sets the file this process follows (first use): `grant-gpu<device>` in the session dir.
-    fn ensure_path(&mut self, device: i32) {
-        if self.path.is_none() {
-            let dir = freeride_abi::session::resolve_dir();
-            let dev = if device >= 0 { device as u32 } else { 0 };
-            self.path = Some(dir.join(freeride_abi::session::grant_file_name(dev)));
-        }
-    }
-
-    fn block(&self) -> Option<&'static GrantBlock> {
-        self.map.map(|m| m.block())
-    }
-
-    fn snapshot(&self) -> Option<Grant> {
-        let b = self.block()?;
-        for _ in 0..4 {
-            if let Some(g) = b.snapshot() {
-                return Some(g);
-            }
-            std::hint::spin_loop();
-        }
-        None
-    }
-
-    /// (Re-)maps the file if it is new, replaced, or was missing. Slow path.
-    fn recheck(&mut self, now: u64) {
-        if self.checked_ns != 0 && now.saturating_sub(self.checked_ns) < RECHECK_NS {
-            return;
-        }
-        self.checked_ns = now.max(1);
-        let Some(path) = self.path.as_ref() else {
-            return;
-        };
-        match file_id(path) {
-            Some(id) => {
-                if self.map.is_some_and(|m| m.id() == id) {
-                    return;
-                }
-                // Leaked on purpose: readers on other threads may still hold the old block.
-                self.map = GrantMap::open(path, false)
-                    .ok()
-                    .map(|m| &*Box::leak(Box::new(m)));
-                if let Some(b) = self.block() {
-                    warn_if_other_version(path, b);
-                }
-            }
-            None => self.map = None,
-        }
-    }
-
-    /// The grant as it stands at `now` for a side task of `priority`; `device` picks the file on
-    /// first use. A grant whose `min_priority` is above `priority` reads closed (it is reserved for
-    /// more important side tasks).
-    pub fn now(&mut self, now: u64, device: i32, stale_ns: u64, priority: u64) -> Now {
-        self.ensure_path(device);
-        if self.map.is_none() {
-            self.recheck(now);
-        }
-        let read = |v: &Self| {
-            let g = v.snapshot()?;
-            let fresh = now.saturating_sub(g.heartbeat_ns) <= stale_ns;
-            Some(Now {
-                read_at: v.block().map(|b| (b, g.epoch)),
-                open: g.open && fresh && g.open_until_ns > now && g.min_priority <= priority,
-                open_until_ns: g.open_until_ns,
-                budget_ns: g.budget_ns,
-                mem_budget_bytes: g.mem_budget_bytes,
-                side_mem_held_bytes: g.side_mem_held_bytes,
-            })
-        };
-        match read(self) {
-            Some(n) if n.open => n,
-            _ => {
-                // Closed, stale or unreadable: maybe the agent restarted with a new file.
-                self.recheck(now);
-                read(self).unwrap_or_default()
-            }
+    let read = || {
+        let b = block(v)?;
+        let g = snapshot(b)?;
+        let fresh = now.saturating_sub(g.heartbeat_ns) <= stale_ns;
+        Some(Now {
+            read_at: Some((b, g.epoch)),
+            open: g.open && fresh && g.open_until_ns > now && g.min_priority <= priority,
+            open_until_ns: g.open_until_ns,
+            budget_ns: g.budget_ns,
+            mem_budget_bytes: g.mem_budget_bytes,
+            side_mem_held_bytes: g.side_mem_held_bytes,
+        })
+    };
+    match read() {
+        Some(n) if n.open => n,
+        _ => {
+            // Closed, stale or unreadable: maybe the agent restarted with a new file.
+            recheck(gpu, now);
+            read().unwrap_or_default()
         }
     }
 }

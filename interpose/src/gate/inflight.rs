@@ -1,6 +1,7 @@
 //! The side task's in-flight launches: a fixed table of [`SLOTS`] entries (atomics, no
-//! allocation). Each entry owns two timing events from a pool created once per process (slow
-//! path, in the context current at the first gated launch): `start`, recorded on the launch stream
+//! allocation), each on one GPU. Each entry owns two timing events of its GPU's pool (one pool
+//! per device, created once per process, slow path, in the context current at the first gated
+//! launch on that device): `start`, recorded on the launch stream
 //! just before the launch (it completes when the stream reaches the launch), and `end`, recorded
 //! just after it (when the launch's work is done). `cuEventElapsedTime(start, end)` is the GPU time
 //! the launch took (it includes waiting for the GPU behind other work, so it errs on the long
@@ -12,6 +13,7 @@
 //! be recorded (no pool: no context yet, or another context) is tracked on the host instead: it
 //! counts as in flight until its modelled end (`model_end_ns`, a serial queue of estimates).
 use super::drv::{self, Drv};
+use super::membudget::MAX_GPUS;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
@@ -25,8 +27,8 @@ pub struct Entry {
     pub state: AtomicU32,
     /// 1 if `start` was recorded (events tracked), 0 for the host model.
     pub tracked: AtomicU32,
-    pub ev_start: AtomicUsize,
-    pub ev_end: AtomicUsize,
+    /// The GPU (index, [`super::membudget::gpu`]) it was launched on: whose events it uses.
+    pub gpu: AtomicU32,
     pub stream: AtomicU64,
     pub key: AtomicU64,
     pub est_ns: AtomicU64,
@@ -39,8 +41,7 @@ pub struct Entry {
 const ENTRY_INIT: Entry = Entry {
     state: AtomicU32::new(FREE),
     tracked: AtomicU32::new(0),
-    ev_start: AtomicUsize::new(0),
-    ev_end: AtomicUsize::new(0),
+    gpu: AtomicU32::new(0),
     stream: AtomicU64::new(0),
     key: AtomicU64::new(0),
     est_ns: AtomicU64::new(0),
@@ -50,24 +51,41 @@ const ENTRY_INIT: Entry = Entry {
 
 pub static TABLE: [Entry; SLOTS] = [ENTRY_INIT; SLOTS];
 
-/// Event pool: 0 not created, 1 ready, 2 given up (host model only).
-pub static POOL: AtomicU8 = AtomicU8::new(0);
-static POOL_TRIES: AtomicU32 = AtomicU32::new(0);
+/// One GPU's timing events: `[start, end]` per entry.
+struct Pool {
+    /// 0 not created, 1 ready, 2 given up (host model only).
+    state: AtomicU8,
+    tries: AtomicU32,
+    events: [[AtomicUsize; 2]; SLOTS],
+}
 
-/// Creates the event pool in the current context (gate lock held). Retries on later launches
-/// while no context is current (the runtime creates it inside the first real call), gives up
-/// after a bounded number of tries.
-pub fn ensure_pool(d: &Drv) {
-    if POOL.load(Ordering::Relaxed) != 0 {
+static POOLS: [Pool; MAX_GPUS] = [const {
+    Pool {
+        state: AtomicU8::new(0),
+        tries: AtomicU32::new(0),
+        events: [const { [const { AtomicUsize::new(0) }; 2] }; SLOTS],
+    }
+}; MAX_GPUS];
+
+fn event(gpu: usize, i: usize, end: bool) -> *mut c_void {
+    POOLS[gpu].events[i][end as usize].load(Ordering::Relaxed) as *mut c_void
+}
+
+/// Creates GPU `gpu`'s event pool in the current context (gate lock held; the caller's device is
+/// that context's). Retries on later launches while no context is current (the runtime creates
+/// it inside the first real call), gives up after a bounded number of tries.
+pub fn ensure_pool(d: &Drv, gpu: usize) {
+    let pool = &POOLS[gpu];
+    if pool.state.load(Ordering::Relaxed) != 0 {
         return;
     }
     if drv::current_ctx(d) == 0 {
-        if POOL_TRIES.fetch_add(1, Ordering::Relaxed) > 10_000 {
-            POOL.store(2, Ordering::Relaxed);
+        if pool.tries.fetch_add(1, Ordering::Relaxed) > 10_000 {
+            pool.state.store(2, Ordering::Relaxed);
         }
         return;
     }
-    for e in TABLE.iter() {
+    for pair in pool.events.iter() {
         let mut s: *mut c_void = std::ptr::null_mut();
         let mut t: *mut c_void = std::ptr::null_mut();
         // SAFETY: real cuEventCreate writing handles we own, in the current context.
@@ -76,19 +94,21 @@ pub fn ensure_pool(d: &Drv) {
                 && (d.event_create)(&mut t, drv::CU_EVENT_DEFAULT) == drv::CUDA_SUCCESS
         };
         if !ok {
-            POOL.store(2, Ordering::Relaxed);
+            pool.state.store(2, Ordering::Relaxed);
             return;
         }
-        e.ev_start.store(s as usize, Ordering::Relaxed);
-        e.ev_end.store(t as usize, Ordering::Relaxed);
+        pair[0].store(s as usize, Ordering::Relaxed);
+        pair[1].store(t as usize, Ordering::Relaxed);
     }
-    POOL.store(1, Ordering::Release);
+    pool.state.store(1, Ordering::Release);
 }
 
-/// Reserves an entry for an admitted launch and records its start event (gate lock held).
-/// Returns the slot, or `None` if the table is full.
+/// Reserves an entry for an admitted launch on GPU `gpu` and records its start event (gate lock
+/// held). Returns the slot, or `None` if the table is full.
+#[allow(clippy::too_many_arguments)]
 pub fn reserve(
     d: Option<&Drv>,
+    gpu: usize,
     stream: u64,
     key: u64,
     est_ns: u64,
@@ -99,21 +119,17 @@ pub fn reserve(
         .iter()
         .position(|e| e.state.load(Ordering::Acquire) == FREE)?;
     let e = &TABLE[i];
+    e.gpu.store(gpu as u32, Ordering::Relaxed);
     e.stream.store(stream, Ordering::Relaxed);
     e.key.store(key, Ordering::Relaxed);
     e.est_ns.store(est_ns, Ordering::Relaxed);
     e.model_end_ns.store(model_end, Ordering::Relaxed);
     e.admitted_ns.store(now, Ordering::Relaxed);
     let mut tracked = 0;
-    if let (Some(d), 1) = (d, POOL.load(Ordering::Acquire)) {
+    if let (Some(d), 1) = (d, POOLS[gpu].state.load(Ordering::Acquire)) {
         // SAFETY: real cuEventRecord of a pool event on the caller's stream; an event of another
         // context fails cleanly (host model then).
-        let rc = unsafe {
-            (d.event_record)(
-                e.ev_start.load(Ordering::Relaxed) as *mut c_void,
-                stream as *mut c_void,
-            )
-        };
+        let rc = unsafe { (d.event_record)(event(gpu, i, false), stream as *mut c_void) };
         if rc == drv::CUDA_SUCCESS {
             tracked = 1;
         }
@@ -132,9 +148,10 @@ pub fn arm(i: usize) {
     if e.tracked.load(Ordering::Relaxed) == 1 {
         let ok = drv::get().is_some_and(|d| {
             // SAFETY: real cuEventRecord of this entry's pool event on the launch's stream.
+            let gpu = e.gpu.load(Ordering::Relaxed) as usize;
             let rc = unsafe {
                 (d.event_record)(
-                    e.ev_end.load(Ordering::Relaxed) as *mut c_void,
+                    event(gpu, i, true),
                     e.stream.load(Ordering::Relaxed) as *mut c_void,
                 )
             };
@@ -149,6 +166,7 @@ pub fn arm(i: usize) {
 
 /// What [`retire`] saw: GPU ns still queued (sum of estimates of unfinished entries), count, and
 /// the modelled end of the oldest-due unfinished entry (0: none).
+#[derive(Clone, Copy, Default)]
 pub struct Pending {
     pub ns: u64,
     pub count: usize,
@@ -157,15 +175,34 @@ pub struct Pending {
     pub admitted_ns: u64,
 }
 
+/// What is still in flight: on all GPUs, and on each.
+pub struct InFlight {
+    pub all: Pending,
+    pub gpu: [Pending; MAX_GPUS],
+}
+
+impl Pending {
+    fn add(&mut self, e: &Entry) {
+        self.ns = self.ns.saturating_add(e.est_ns.load(Ordering::Relaxed));
+        self.count += 1;
+        let due = e.model_end_ns.load(Ordering::Relaxed);
+        if self.due_ns == 0 || due < self.due_ns {
+            self.due_ns = due;
+        }
+        let admitted = e.admitted_ns.load(Ordering::Relaxed);
+        if self.admitted_ns == 0 || admitted < self.admitted_ns {
+            self.admitted_ns = admitted;
+        }
+    }
+}
+
 /// Retires completed entries (gate lock held), feeding each measured duration to `learn`.
-pub fn retire(d: Option<&Drv>, now: u64, mut learn: impl FnMut(u64, u64)) -> Pending {
-    let mut p = Pending {
-        ns: 0,
-        count: 0,
-        due_ns: 0,
-        admitted_ns: 0,
+pub fn retire(d: Option<&Drv>, now: u64, mut learn: impl FnMut(u64, u64)) -> InFlight {
+    let mut p = InFlight {
+        all: Pending::default(),
+        gpu: [Pending::default(); MAX_GPUS],
     };
-    for e in TABLE.iter() {
+    for (i, e) in TABLE.iter().enumerate() {
         let st = e.state.load(Ordering::Acquire);
         if st == FREE {
             continue;
@@ -173,12 +210,13 @@ pub fn retire(d: Option<&Drv>, now: u64, mut learn: impl FnMut(u64, u64)) -> Pen
         if st == ARMED {
             if e.tracked.load(Ordering::Relaxed) == 1 {
                 if let Some(d) = d {
-                    let end = e.ev_end.load(Ordering::Relaxed) as *mut c_void;
+                    let gpu = e.gpu.load(Ordering::Relaxed) as usize;
+                    let end = event(gpu, i, true);
                     // SAFETY: real cuEventQuery of a recorded pool event.
                     match unsafe { (d.event_query)(end) } {
                         drv::CUDA_SUCCESS => {
                             let mut ms: f32 = 0.0;
-                            let start = e.ev_start.load(Ordering::Relaxed) as *mut c_void;
+                            let start = event(gpu, i, false);
                             // SAFETY: real cuEventElapsedTime of two completed pool events of one
                             // context, writing a float we own.
                             let rc = unsafe { (d.elapsed)(&mut ms, start, end) };
@@ -200,16 +238,8 @@ pub fn retire(d: Option<&Drv>, now: u64, mut learn: impl FnMut(u64, u64)) -> Pen
                 continue;
             }
         }
-        p.ns = p.ns.saturating_add(e.est_ns.load(Ordering::Relaxed));
-        p.count += 1;
-        let due = e.model_end_ns.load(Ordering::Relaxed);
-        if p.due_ns == 0 || due < p.due_ns {
-            p.due_ns = due;
-        }
-        let admitted = e.admitted_ns.load(Ordering::Relaxed);
-        if p.admitted_ns == 0 || admitted < p.admitted_ns {
-            p.admitted_ns = admitted;
-        }
+        p.all.add(e);
+        p.gpu[(e.gpu.load(Ordering::Relaxed) as usize).min(MAX_GPUS - 1)].add(e);
     }
     p
 }
@@ -220,6 +250,8 @@ pub fn reset_after_fork() {
         e.state.store(FREE, Ordering::Relaxed);
         e.tracked.store(0, Ordering::Relaxed);
     }
-    POOL.store(0, Ordering::Relaxed);
-    POOL_TRIES.store(0, Ordering::Relaxed);
+    for p in &POOLS {
+        p.state.store(0, Ordering::Relaxed);
+        p.tries.store(0, Ordering::Relaxed);
+    }
 }

@@ -1,44 +1,43 @@
-//! A side task's device-memory budget, enforced in the allocation hooks (`cuMemAlloc_v2`,
-//! `cuMemAllocAsync(_ptsz)`; `cudaMalloc` reaches `cuMemAlloc_v2` through the runtime's driver
-//! pointer, which is our wrapper, and the check does not depend on the re-entrancy guard).
+//! A side task's device-memory budget, per GPU, enforced in the allocation hooks
+//! (`interpose/src/hooks/{memory,pool,vmm}.rs`: every allocation path of the driver; the runtime's
+//! `cudaMalloc*` reach them through its driver pointers, which are our wrappers, and the check does
+//! not depend on the re-entrancy guard).
 //!
-//! The limit is `FREERIDE_MEM_BUDGET_MB` (unset or 0: none) and, when nonzero, the grant block's
-//! `mem_budget_bytes` less what the GPU's other side tasks hold (the agent's `side_mem_held_bytes`
-//! less this process's own bytes; see `Grant::mem_limit_for`), the smaller wins: the agent's
-//! figure is for all the GPU's side tasks together. An allocation that would take the bytes held over the
-//! limit fails with `CUDA_ERROR_OUT_OF_MEMORY` without reaching the real allocator; a trainer
-//! never reaches this module. Bytes are reserved before the real call (so two threads cannot both
-//! squeeze under the limit) and given back if it fails. Held bytes per pointer live in a fixed
-//! open-addressed table ([`SLOTS`]); an allocation that finds the table full stays charged for
-//! the life of the process (conservative). `cuMemFreeAsync` is not hooked by the interposer:
-//! memory freed that way stays charged (documented limitation).
+//! The limit on GPU `d` is `FREERIDE_MEM_BUDGET_MB` (per GPU; unset or 0: none) and, when nonzero,
+//! GPU `d`'s grant block's `mem_budget_bytes` less what its other side tasks hold (the agent's
+//! `side_mem_held_bytes` less this process's own bytes on `d`; see `Grant::mem_limit_for`), the
+//! smaller wins: the agent's figure is for all the GPU's side tasks together. An allocation that
+//! would take the bytes held on its GPU over the limit fails with `CUDA_ERROR_OUT_OF_MEMORY`
+//! without reaching the real allocator; a trainer never reaches this module. Bytes are reserved
+//! before the real call (so two threads cannot both squeeze under the limit) and given back if it
+//! fails. What each allocation holds lives in fixed lock-free tables ([`crate::memtable`]): device
+//! pointers here, physical allocations of the virtual memory API in [`super::vmm`]; an allocation
+//! that finds its table full stays charged for the life of the process (conservative). Nothing
+//! here takes a lock or calls the driver.
+use crate::memtable::Table;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-const SLOTS: usize = 8192;
-const PROBES: usize = 64;
-/// Key of a free slot, and of a deleted one.
-const EMPTY: u64 = 0;
-const TOMB: u64 = u64::MAX;
+/// GPUs whose memory is counted apart (device ordinals 0..MAX_GPUS; others count as GPU 0's).
+pub const MAX_GPUS: usize = 64;
 
 pub const CUDA_ERROR_OUT_OF_MEMORY: i32 = 2;
 
-struct Slot {
-    ptr: AtomicU64,
-    bytes: AtomicU64,
-}
-
-#[allow(clippy::declare_interior_mutable_const)]
-const SLOT_INIT: Slot = Slot {
-    ptr: AtomicU64::new(EMPTY),
-    bytes: AtomicU64::new(0),
-};
-
-static TABLE: [Slot; SLOTS] = [SLOT_INIT; SLOTS];
-static HELD: AtomicU64 = AtomicU64::new(0);
+/// Device pointer -> [bytes, device, 0].
+static ALLOCS: Table<8192> = Table::new();
+static HELD: [AtomicU64; MAX_GPUS] = [const { AtomicU64::new(0) }; MAX_GPUS];
 /// Env limit in bytes (u64::MAX = none); 0 = not read yet.
 static ENV_LIMIT: AtomicU64 = AtomicU64::new(0);
 /// Allocations refused.
 pub static REFUSED: AtomicU64 = AtomicU64::new(0);
+
+/// The index of device `d` in the per-GPU figures.
+pub fn gpu(d: i32) -> usize {
+    if d >= 0 && (d as usize) < MAX_GPUS {
+        d as usize
+    } else {
+        0
+    }
+}
 
 fn env_limit() -> u64 {
     let v = ENV_LIMIT.load(Ordering::Relaxed);
@@ -55,7 +54,7 @@ fn env_limit() -> u64 {
     l
 }
 
-/// The limit now (`grant_bytes`: the grant's `mem_budget_bytes`, 0 = none).
+/// The limit now (`grant_bytes`: the grant's limit for this process, 0 = none).
 pub fn limit(grant_bytes: u64) -> u64 {
     let e = env_limit();
     if grant_bytes > 0 {
@@ -65,85 +64,65 @@ pub fn limit(grant_bytes: u64) -> u64 {
     }
 }
 
-pub fn held() -> u64 {
-    HELD.load(Ordering::Relaxed)
+/// Bytes this process holds on device `d`.
+pub fn held(d: i32) -> u64 {
+    HELD[gpu(d)].load(Ordering::Relaxed)
 }
 
-/// Reserves `bytes` under `limit`; false = over budget (the caller fails the allocation).
-pub fn reserve(bytes: u64, limit: u64) -> bool {
-    let mut cur = HELD.load(Ordering::Relaxed);
+/// Bytes this process holds on all its GPUs.
+pub fn held_total() -> u64 {
+    HELD.iter().map(|h| h.load(Ordering::Relaxed)).sum()
+}
+
+/// Reserves `bytes` on device `d` under `limit`; false = over budget (the caller fails the
+/// allocation).
+pub fn reserve(d: i32, bytes: u64, limit: u64) -> bool {
+    let h = &HELD[gpu(d)];
+    let mut cur = h.load(Ordering::Relaxed);
     loop {
         let Some(next) = cur.checked_add(bytes).filter(|&n| n <= limit) else {
             REFUSED.fetch_add(1, Ordering::Relaxed);
             return false;
         };
-        match HELD.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed) {
+        match h.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed) {
             Ok(_) => return true,
             Err(c) => cur = c,
         }
     }
 }
 
-/// The real allocation failed: give the reservation back.
-pub fn cancel(bytes: u64) {
-    let _ = HELD.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |h| {
+/// Adds `bytes` on device `d` without a limit (an allocation that turned out larger than
+/// reserved).
+pub fn add(d: i32, bytes: u64) {
+    HELD[gpu(d)].fetch_add(bytes, Ordering::AcqRel);
+}
+
+/// Gives `bytes` on device `d` back (a failed allocation, a free).
+pub fn cancel(d: i32, bytes: u64) {
+    let _ = HELD[gpu(d)].fetch_update(Ordering::AcqRel, Ordering::Relaxed, |h| {
         Some(h.saturating_sub(bytes))
     });
 }
 
-fn home(ptr: u64) -> usize {
-    ((ptr >> 8).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize % SLOTS
-}
-
-/// The real allocation succeeded at `ptr`: remember what it holds.
-pub fn commit(ptr: u64, bytes: u64) {
-    if ptr == EMPTY || ptr == TOMB {
-        return;
-    }
-    let h = home(ptr);
-    for i in 0..PROBES {
-        let s = &TABLE[(h + i) % SLOTS];
-        let k = s.ptr.load(Ordering::Acquire);
-        if (k == EMPTY || k == TOMB)
-            && s.ptr
-                .compare_exchange(k, ptr, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        {
-            s.bytes.store(bytes, Ordering::Release);
-            return;
-        }
-    }
-    // Table full around this pointer: the bytes stay charged (conservative).
+/// The real allocation succeeded at `ptr` on device `d`: remember what it holds.
+pub fn commit(ptr: u64, bytes: u64, d: i32) {
+    // A full table: the bytes stay charged (conservative).
+    ALLOCS.insert(ptr, [bytes, gpu(d) as u64, 0]);
 }
 
 /// `ptr` was freed successfully: its bytes are no longer held.
 pub fn release(ptr: u64) {
-    if ptr == EMPTY || ptr == TOMB {
-        return;
-    }
-    let h = home(ptr);
-    for i in 0..PROBES {
-        let s = &TABLE[(h + i) % SLOTS];
-        let k = s.ptr.load(Ordering::Acquire);
-        if k == ptr {
-            let b = s.bytes.swap(0, Ordering::AcqRel);
-            s.ptr.store(TOMB, Ordering::Release);
-            cancel(b);
-            return;
-        }
-        if k == EMPTY {
-            return;
-        }
+    if let Some([bytes, d, _]) = ALLOCS.remove(ptr) {
+        cancel(d as i32, bytes);
     }
 }
 
 /// Fork child: device memory is not inherited.
 pub fn reset_after_fork() {
-    for s in TABLE.iter() {
-        s.ptr.store(EMPTY, Ordering::Relaxed);
-        s.bytes.store(0, Ordering::Relaxed);
+    ALLOCS.clear();
+    for h in &HELD {
+        h.store(0, Ordering::Relaxed);
     }
-    HELD.store(0, Ordering::Relaxed);
 }
 
 #[cfg(test)]
@@ -151,17 +130,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn budget_reserve_commit_release() {
+    fn budget_reserve_commit_release_per_gpu() {
         let mib = 1u64 << 20;
         let lim = 64 * mib;
-        let base = held();
-        assert!(reserve(48 * mib, lim + base));
-        commit(0x7000_0000, 48 * mib);
-        assert!(!reserve(48 * mib, lim + base));
+        // Device 7 is this test's own (the other tests of the crate use others).
+        let base = held(7);
+        assert!(reserve(7, 48 * mib, lim + base));
+        commit(0x7000_0000, 48 * mib, 7);
+        assert!(!reserve(7, 48 * mib, lim + base));
+        // Another GPU has its own figure.
+        assert!(reserve(6, 48 * mib, lim + held(6)));
+        cancel(6, 48 * mib);
         release(0x7000_0000);
-        assert!(reserve(48 * mib, lim + base));
-        cancel(48 * mib);
-        assert_eq!(held(), base);
+        assert!(reserve(7, 48 * mib, lim + base));
+        cancel(7, 48 * mib);
+        assert_eq!(held(7), base);
+        assert_eq!(gpu(-1), 0);
+        assert_eq!(gpu(1000), 0);
         assert_eq!(limit(0), env_limit());
         assert_eq!(limit(5).min(5), 5);
     }

@@ -1,11 +1,17 @@
-//! The side-task gate (issue 5): holds a side task's launches outside its GPU's grant and keeps
+//! The side-task gate (issue 5): holds a side task's launches outside their GPU's grant and keeps
 //! its queued GPU work within the predicted remainder of the bubble; enforces its device-memory
-//! budget.
+//! budget on every allocation path ([`membudget`], [`vmm`]).
 //!
 //! Only processes whose role is `sidetask` get here ([`crate::rt::launch`] and the graph hook call
-//! [`before_launch`] after recording the launch, the allocation hooks call [`mem_reserve`] & co);
-//! a trainer's hook path is untouched apart from the role check that already existed, and one
-//! thread-local byte tested when a hook's guard is dropped ([`after_launch`]).
+//! [`before_launch`] after recording the launch, the NCCL hooks [`before_comm`], the allocation
+//! hooks [`mem_reserve`] & co); a trainer's hook path is untouched apart from the role check that
+//! already existed, and one thread-local byte tested when a hook's guard is dropped
+//! ([`after_launch`]).
+//!
+//! # Which GPU
+//! A launch goes to the device of the calling thread's current context ([`caller_device`], as
+//! CUDA runs it); each GPU has its own grant block (`grant-gpu<N>`), its own work in flight and
+//! its own admitted GPU time, so a side task on several GPUs is held on each by that GPU's grant.
 //!
 //! # Admission
 //! On every launch (kernel, or a graph as one launch keyed by its exec handle) the gate, under a
@@ -13,14 +19,15 @@
 //! 1. retires completed launches from the in-flight table ([`inflight`]) and learns their GPU
 //!    durations ([`durations`]: `cuEventElapsedTime` between an event recorded just before the
 //!    launch and one recorded just after it, per function; never the kernel's arguments);
-//! 2. reads the grant ([`grant`]): open, heartbeat fresh (<= `FREERIDE_GATE_STALE_MS`, default
-//!    100 ms: the agent touches it every ~50 µs) and before its deadline. A missing file or a
+//! 2. reads its GPU's grant ([`grant`], lock-free): open, heartbeat fresh
+//!    (<= `FREERIDE_GATE_STALE_MS`, default 100 ms: the agent touches it every ~50 µs) and before
+//!    its deadline. A missing file or a
 //!    stale heartbeat means CLOSED: a side task never runs ungoverned; so does a grant whose
 //!    `min_priority` is above this task's `FREERIDE_PRIORITY` (default 0: such grants are kept
 //!    for more important side tasks);
-//! 3. admits the launch iff, with `q` = the estimated GPU ns of its unfinished launches and
-//!    `e` = this launch's estimate (`FREERIDE_GATE_DEFAULT_US`, default 1000 µs, until the function
-//!    has completed once):
+//! 3. admits the launch iff, with `q` = the estimated GPU ns of its unfinished launches on that
+//!    GPU and `e` = this launch's estimate (`FREERIDE_GATE_DEFAULT_US`, default 1000 µs, until
+//!    the function has completed once):
 //!    * `now + q + e <= open_until_ns` (its work drains before the predicted end of the bubble);
 //!    * `q + e <= FREERIDE_GATE_AHEAD_US` (default 2000 µs) unless nothing is in flight: the work
 //!      queued ahead stays bounded whatever the grant's length, so a grant closed EARLY (the
@@ -46,6 +53,17 @@
 //! later launches) or an event cannot be recorded (another context), the launch is tracked on the
 //! host instead: in flight until a modelled end (a serial queue of estimates).
 //!
+//! # NCCL
+//! A collective or a group of point-to-point ops runs on every GPU it names at once, and NCCL's
+//! kernel on one GPU waits (spins) until its peers' kernels run. So a side task's NCCL call (an op
+//! outside a group, or the outermost `ncclGroupEnd` with the ops it gathered) is admitted as one:
+//! [`before_comm`] waits until the work fits the grant of every GPU its communicators are on
+//! (`ncclCommCuDevice`), estimated per (first op, communicator) from what those kernels took
+//! before; NCCL's kernels launched inside the call are then admitted without waiting and tracked
+//! as that work. A kernel is never left spinning on one GPU for a peer held on another (a side
+//! task of one process; the ranks of a side task of several processes are held each by its own
+//! GPU's grant).
+//!
 //! `FREERIDE_GATE=off` disables the launch gate (debugging only: the side task then runs
 //! ungoverned). The memory budget ([`membudget`]) is independent of it.
 //!
@@ -67,10 +85,12 @@ pub mod durations;
 pub mod grant;
 pub mod inflight;
 pub mod membudget;
+pub mod vmm;
 
 use crate::rt;
 use freeride_abi::grant::GrantBlock;
 use freeride_abi::{now_ns, Api};
+use membudget::{gpu, MAX_GPUS};
 use std::cell::{Cell, UnsafeCell};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
@@ -126,16 +146,28 @@ fn config() -> Option<&'static Config> {
     }
 }
 
-/// State under the gate lock.
-struct Inner {
-    grant: grant::GrantView,
-    dur: durations::Durations,
+/// One GPU's admission state.
+#[derive(Clone, Copy)]
+struct GpuGate {
     /// Host model of the queue (for launches tracked without events).
     model_end_ns: u64,
     /// The grant admitted into: (open_until_ns, budget_ns), when first seen, GPU ns admitted.
     grant_id: (u64, u64),
     grant_seen_ns: u64,
     used_ns: u64,
+}
+
+const GPU_GATE_INIT: GpuGate = GpuGate {
+    model_end_ns: 0,
+    grant_id: (0, 0),
+    grant_seen_ns: 0,
+    used_ns: 0,
+};
+
+/// State under the gate lock.
+struct Inner {
+    dur: durations::Durations,
+    gpus: [GpuGate; MAX_GPUS],
 }
 
 /// A spin lock that a fork child can reset (a side task's threads only; never held while
@@ -152,12 +184,8 @@ unsafe impl Sync for Gate {}
 static GATE: Gate = Gate {
     locked: AtomicBool::new(false),
     inner: UnsafeCell::new(Inner {
-        grant: grant::GrantView::new(),
         dur: durations::Durations::new(),
-        model_end_ns: 0,
-        grant_id: (0, 0),
-        grant_seen_ns: 0,
-        used_ns: 0,
+        gpus: [GPU_GATE_INIT; MAX_GPUS],
     }),
 };
 
@@ -226,63 +254,141 @@ enum Hold {
     Work,
 }
 
-fn device() -> i32 {
+/// The device a side task's launch goes to (and an allocation that names none is made on): the
+/// calling thread's current context's device, as CUDA runs it (-1 unknown: counted as GPU 0's).
+/// Grants are keyed by this device ordinal; when they are keyed by the physical GPU (issue 14),
+/// this is the one function to change.
+pub fn caller_device() -> i32 {
     rt::THREAD.try_with(rt::device).unwrap_or(-1)
 }
 
-fn decide(cfg: &Config, now: u64, stream: u64, key: u64, waited_ns: u64) -> Decision {
-    let mut l = lock();
-    let st = l.inner();
-    let d = drv::get();
-    if let Some(d) = d {
-        inflight::ensure_pool(d);
-    }
-    let dur = &mut st.dur;
-    let pend = inflight::retire(d, now, |k, ns| dur.learn(k, ns));
-    publish_status(pend.count as u64, pend.due_ns, pend.admitted_ns, now);
-    let g = st.grant.now(now, device(), cfg.stale_ns, cfg.priority);
+/// Whether `est` ns more of work fit GPU `dev`'s grant now, beside `pend` in flight there (gate
+/// lock held).
+enum Fit {
+    Fits,
+    /// It does not, but it has waited long enough (see the module docs): it goes.
+    Starving,
+    Wait(Hold),
+}
+
+fn fit(
+    st: &mut Inner,
+    cfg: &Config,
+    now: u64,
+    dev: i32,
+    pend: &inflight::Pending,
+    est: u64,
+    waited_ns: u64,
+) -> Fit {
+    let g = grant::now(dev, now, cfg.stale_ns, cfg.priority);
     if !g.open {
-        return Decision::Wait(match g.read_at {
+        return Fit::Wait(match g.read_at {
             Some((block, epoch)) => Hold::Closed(block, epoch),
             None => Hold::NoBlock,
         });
     }
+    let gg = &mut st.gpus[gpu(dev)];
     let id = (g.open_until_ns, g.budget_ns);
-    if id != st.grant_id {
-        st.grant_id = id;
-        st.grant_seen_ns = now;
-        st.used_ns = 0;
+    if id != gg.grant_id {
+        gg.grant_id = id;
+        gg.grant_seen_ns = now;
+        gg.used_ns = 0;
     }
-    let est = st.dur.estimate(key).unwrap_or(cfg.default_ns);
     let fits_grant = now.saturating_add(pend.ns).saturating_add(est) <= g.open_until_ns;
     let fits_ahead = pend.count == 0 || pend.ns.saturating_add(est) <= cfg.ahead_ns;
-    let fits_budget = g.budget_ns == 0 || st.used_ns.saturating_add(est) <= g.budget_ns;
-    if !(fits_grant && fits_ahead && fits_budget) {
-        let starving = pend.count == 0
-            && waited_ns >= cfg.starve_ns
-            && now.saturating_sub(st.grant_seen_ns) <= STARVE_GRANT_AGE_NS;
-        if !starving {
-            return Decision::Wait(Hold::Work);
+    let fits_budget = g.budget_ns == 0 || gg.used_ns.saturating_add(est) <= g.budget_ns;
+    if fits_grant && fits_ahead && fits_budget {
+        return Fit::Fits;
+    }
+    let starving = pend.count == 0
+        && waited_ns >= cfg.starve_ns
+        && now.saturating_sub(gg.grant_seen_ns) <= STARVE_GRANT_AGE_NS;
+    if starving {
+        Fit::Starving
+    } else {
+        Fit::Wait(Hold::Work)
+    }
+}
+
+/// Retires what completed (learning its durations) and publishes what is left in flight for the
+/// watchdog (gate lock held).
+fn look(st: &mut Inner, d: Option<&'static drv::Drv>, now: u64) -> inflight::InFlight {
+    let dur = &mut st.dur;
+    let fl = inflight::retire(d, now, |k, ns| dur.learn(k, ns));
+    publish_status(fl.all.count as u64, fl.all.due_ns, fl.all.admitted_ns, now);
+    fl
+}
+
+/// A launch of `key` on `stream`: admitted, or why it waits. `admitted_with` (a launch inside an
+/// admitted NCCL call): it goes at once, tracked as that call's work.
+fn decide(
+    cfg: &Config,
+    now: u64,
+    stream: u64,
+    key: u64,
+    waited_ns: u64,
+    admitted_with: bool,
+) -> Decision {
+    let mut l = lock();
+    let st = l.inner();
+    let d = drv::get();
+    let dev = caller_device();
+    let gi = gpu(dev);
+    if let Some(d) = d {
+        inflight::ensure_pool(d, gi);
+    }
+    let fl = look(st, d, now);
+    let pend = fl.gpu[gi];
+    let est = st.dur.estimate(key).unwrap_or(cfg.default_ns);
+    if !admitted_with {
+        match fit(st, cfg, now, dev, &pend, est, waited_ns) {
+            Fit::Fits => {}
+            Fit::Starving => {
+                STARVED.fetch_add(1, Ordering::Relaxed);
+            }
+            Fit::Wait(h) => return Decision::Wait(h),
         }
-        STARVED.fetch_add(1, Ordering::Relaxed);
     }
     if d.is_some_and(|d| drv::capturing(d, stream)) {
         return Decision::Admit(None);
     }
-    let model_end = st.model_end_ns.max(now).saturating_add(est);
-    let Some(slot) = inflight::reserve(d, stream, key, est, model_end, now) else {
+    let gg = &mut st.gpus[gi];
+    let model_end = gg.model_end_ns.max(now).saturating_add(est);
+    let Some(slot) = inflight::reserve(d, gi, stream, key, est, model_end, now) else {
         return Decision::Wait(Hold::Work); // table full: wait for a retirement
     };
-    st.model_end_ns = model_end;
-    st.used_ns = st.used_ns.saturating_add(est);
-    let (due, admitted) = if pend.count == 0 {
+    gg.model_end_ns = model_end;
+    gg.used_ns = gg.used_ns.saturating_add(est);
+    let all = fl.all;
+    let (due, admitted) = if all.count == 0 {
         (model_end, now)
     } else {
-        (pend.due_ns.min(model_end), pend.admitted_ns.min(now))
+        (all.due_ns.min(model_end), all.admitted_ns.min(now))
     };
-    publish_status(pend.count as u64 + 1, due, admitted, now);
-    INFLIGHT_MAX.fetch_max(pend.count as u64 + 1, Ordering::Relaxed);
+    publish_status(all.count as u64 + 1, due, admitted, now);
+    INFLIGHT_MAX.fetch_max(all.count as u64 + 1, Ordering::Relaxed);
     Decision::Admit(Some(slot))
+}
+
+/// An NCCL call's work (estimated by `key`) on the GPUs of `gpus` (a bit per GPU index): admitted
+/// when it fits every one of their grants (or starves on all), else why it waits.
+fn decide_comm(cfg: &Config, now: u64, gpus: u64, key: u64, waited_ns: u64) -> Decision {
+    let mut l = lock();
+    let st = l.inner();
+    let fl = look(st, drv::get(), now);
+    let est = st.dur.estimate(key).unwrap_or(cfg.default_ns);
+    let mut starving = false;
+    for g in (0..MAX_GPUS).filter(|g| gpus >> g & 1 == 1) {
+        match fit(st, cfg, now, g as i32, &fl.gpu[g], est, waited_ns) {
+            Fit::Fits => {}
+            Fit::Starving => starving = true,
+            Fit::Wait(h) => return Decision::Wait(h),
+        }
+    }
+    if starving {
+        STARVED.fetch_add(1, Ordering::Relaxed);
+    }
+    Decision::Admit(None)
 }
 
 /// The in-flight summary for the agent's watchdog (ring header words; atomic stores).
@@ -302,17 +408,16 @@ pub fn after_sync() {
     if config().is_none() {
         return;
     }
-    let now = now_ns();
     let mut l = lock();
-    let st = l.inner();
-    let d = drv::get();
-    let dur = &mut st.dur;
-    let pend = inflight::retire(d, now, |k, ns| dur.learn(k, ns));
-    publish_status(pend.count as u64, pend.due_ns, pend.admitted_ns, now);
+    look(l.inner(), drv::get(), now_ns());
 }
 
 thread_local! {
     static SLACK_SET: Cell<bool> = const { Cell::new(false) };
+    /// Inside an admitted NCCL call: the key its work is tracked by (0: none).
+    static COMM_SCOPE: Cell<u64> = const { Cell::new(0) };
+    /// The NCCL group being built on this thread: the GPUs it names (a bit each) and its key.
+    static GROUP: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
 }
 
 /// Sets this thread's timer slack to 1 ns once, so that its waits end on time.
@@ -330,26 +435,20 @@ fn sleep_ns(ns: u64) {
     unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, 0, &ts, std::ptr::null_mut()) };
 }
 
-/// Called on the hook path of a side task before the real launch (after it was recorded).
-/// `key` identifies what is launched (function handle / host stub, or graph exec). Returns when
-/// the launch is admitted; the caller's guard, when dropped after the real launch, calls
-/// [`after_launch`].
-pub fn before_launch(_api: Api, stream: u64, key: u64) {
-    let Some(cfg) = config() else { return };
+/// Waits, holding the caller, until `decide` admits: spinning for ~20 µs, then sleeping on what
+/// holds it (see the module docs).
+fn wait_until_admitted(mut decide: impl FnMut(u64, u64) -> Decision) -> Option<usize> {
     let t0 = now_ns();
     let mut now = t0;
     let mut held = false;
     loop {
-        let hold = match decide(cfg, now, stream, key, now - t0) {
+        let hold = match decide(now, now - t0) {
             Decision::Admit(slot) => {
-                if let Some(i) = slot {
-                    let _ = rt::THREAD.try_with(|t| t.gate_slot.set(i as u32 + 1));
-                }
                 ADMITTED.fetch_add(1, Ordering::Relaxed);
                 if held {
                     WAIT_NS.fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
                 }
-                return;
+                return slot;
             }
             Decision::Wait(hold) => hold,
         };
@@ -375,37 +474,100 @@ pub fn before_launch(_api: Api, stream: u64, key: u64) {
     }
 }
 
+/// Called on the hook path of a side task before the real launch (after it was recorded).
+/// `key` identifies what is launched (function handle / host stub, or graph exec). Returns when
+/// the launch is admitted; the caller's guard, when dropped after the real launch, calls
+/// [`after_launch`]. Inside an admitted NCCL call ([`before_comm`]) it is admitted at once.
+pub fn before_launch(_api: Api, stream: u64, key: u64) {
+    let Some(cfg) = config() else { return };
+    let scope = COMM_SCOPE.try_with(|c| c.get()).unwrap_or(0);
+    let (key, admitted) = if scope != 0 {
+        (scope, true)
+    } else {
+        (key, false)
+    };
+    let slot = wait_until_admitted(|now, waited| decide(cfg, now, stream, key, waited, admitted));
+    if let Some(i) = slot {
+        let _ = rt::THREAD.try_with(|t| t.gate_slot.set(i as u32 + 1));
+    }
+}
+
+/// The key an NCCL call's work is estimated and tracked by: its (first) op and communicator.
+fn comm_key(api: Api, comm: u64) -> u64 {
+    (comm ^ (api as u64) << 56 ^ 0xC044_0000_0000_0001).max(1)
+}
+
+/// A side task's NCCL op `api` on communicator `comm` (on GPU `dev`), `in_group`: gathered for
+/// the group's end; otherwise it is admitted now ([`before_comm`]). Call [`after_comm`] after
+/// the real call in both cases.
+pub fn comm_op(api: Api, comm: u64, dev: i32, in_group: bool) {
+    let bit = 1u64 << gpu(dev);
+    if in_group {
+        let _ = GROUP.try_with(|g| {
+            let (m, k) = g.get();
+            g.set((m | bit, if k == 0 { comm_key(api, comm) } else { k }));
+        });
+    } else {
+        before_comm(bit, comm_key(api, comm));
+    }
+}
+
+/// The outermost `ncclGroupEnd` of a side task, before the real call: admits what the group
+/// gathered (nothing gathered: nothing to wait for).
+pub fn group_end() {
+    let (mask, key) = GROUP.try_with(|g| g.replace((0, 0))).unwrap_or((0, 0));
+    if mask != 0 {
+        before_comm(mask, key);
+    }
+}
+
+/// Waits until NCCL work estimated by `key` fits the grants of all the GPUs of `gpus` (a bit per
+/// GPU index), then lets the kernels NCCL launches until [`after_comm`] go at once.
+pub fn before_comm(gpus: u64, key: u64) {
+    let Some(cfg) = config() else { return };
+    wait_until_admitted(|now, waited| decide_comm(cfg, now, gpus, key, waited));
+    let _ = COMM_SCOPE.try_with(|c| c.set(key));
+}
+
+/// After the real NCCL call: its kernels are queued.
+pub fn after_comm() {
+    let _ = COMM_SCOPE.try_with(|c| c.set(0));
+}
+
 /// After the real launch of an admitted launch (from the hook guard's drop, `slot` as set by
 /// [`before_launch`]): records its completion event. Lock-free.
 pub fn after_launch(slot: u32) {
     inflight::arm(slot as usize);
 }
 
-/// Allocation hook of a side task, before the real allocator: false = over budget (the hook
-/// returns `CUDA_ERROR_OUT_OF_MEMORY` without calling it).
-pub fn mem_reserve(bytes: usize) -> bool {
-    let grant_bytes = {
-        let mut l = lock();
-        let stale = config().map_or(100_000_000, |c| c.stale_ns);
-        // Memory is not a matter of priority: any task may allocate within the GPU's budget.
-        l.inner()
-            .grant
-            .now(now_ns(), device(), stale, u64::MAX)
-            .mem_limit_for(membudget::held())
-    };
-    membudget::reserve(bytes as u64, membudget::limit(grant_bytes))
+/// Allocation hook of a side task, before the real allocator: `bytes` more on device `dev`; false
+/// = over budget (the hook returns `CUDA_ERROR_OUT_OF_MEMORY` without calling it). Lock-free,
+/// no driver call.
+pub fn mem_reserve(dev: i32, bytes: u64) -> bool {
+    let stale = config().map_or(100_000_000, |c| c.stale_ns);
+    // Memory is not a matter of priority: any task may allocate within the GPU's budget.
+    let g = grant::now(dev, now_ns(), stale, u64::MAX);
+    let lim = membudget::limit(g.mem_limit_for(membudget::held(dev)));
+    membudget::reserve(dev, bytes, lim)
 }
 
-/// After the real allocation: `ok` with the pointer it returned, or failed.
-pub fn mem_done(bytes: usize, ok: bool, ptr: u64) {
+/// After the real allocation of device pointer `ptr` (`ok`), `reserved` bytes having been
+/// reserved on `dev` and `bytes` taken (more than reserved for a pitched allocation whose rows
+/// were padded more than the hook assumed).
+pub fn mem_done(dev: i32, reserved: u64, bytes: u64, ok: bool, ptr: u64) {
     if ok {
-        membudget::commit(ptr, bytes as u64);
+        if bytes > reserved {
+            membudget::add(dev, bytes - reserved);
+        } else {
+            membudget::cancel(dev, reserved - bytes);
+        }
+        membudget::commit(ptr, bytes, dev);
     } else {
-        membudget::cancel(bytes as u64);
+        membudget::cancel(dev, reserved);
     }
 }
 
-/// After a successful free of `ptr`.
+/// After a successful free of device pointer `ptr`.
 pub fn mem_freed(ptr: u64) {
     membudget::release(ptr);
 }
@@ -415,6 +577,7 @@ pub fn mem_freed(ptr: u64) {
 pub fn reset_after_fork() {
     inflight::reset_after_fork();
     membudget::reset_after_fork();
+    vmm::reset_after_fork();
     GATE.locked.store(false, Ordering::Release);
 }
 
@@ -428,7 +591,7 @@ pub fn report_at_exit() {
             WAIT_NS.load(Ordering::Relaxed) as f64 / 1e6,
             INFLIGHT_MAX.load(Ordering::Relaxed),
             STARVED.load(Ordering::Relaxed),
-            membudget::held(),
+            membudget::held_total(),
             membudget::REFUSED.load(Ordering::Relaxed),
         );
     }

@@ -8,7 +8,8 @@
 //!   real function is the pointer the real look-up returned.
 //!
 //! A wrapper whose real function is unknown never calls NULL: it returns the library's own
-//! "not found" error. `tests` check the table against the wrappers and the exported symbols.
+//! "not found" error. `tests` check the table against the wrappers, the exported symbols and the
+//! driver's own entry points (names, versions, variants: the stand-in driver has the real ones).
 #![allow(non_snake_case)]
 
 use crate::{comm, dl, rt};
@@ -276,6 +277,118 @@ pub static HOOKS: &[Hook] = &[
         pk("cuMemFree", None, 3020, K)
     ),
     hook!(
+        CuMemAllocPitchV2,
+        Driver,
+        false,
+        w_cuMemAllocPitch_v2 as DrvAllocPitch,
+        None,
+        pk("cuMemAllocPitch", None, 3020, K)
+    ),
+    hook!(
+        CuMemAllocManaged,
+        Driver,
+        false,
+        w_cuMemAllocManaged as DrvAllocManaged,
+        None,
+        pk("cuMemAllocManaged", None, 6000, K)
+    ),
+    hook!(
+        CuMemAllocFromPoolAsync,
+        Driver,
+        false,
+        w_cuMemAllocFromPoolAsync as DrvAllocPool,
+        None,
+        pk("cuMemAllocFromPoolAsync", Some(false), 11020, K)
+    ),
+    hook!(
+        CuMemAllocFromPoolAsyncPtsz,
+        Driver,
+        false,
+        w_cuMemAllocFromPoolAsync_ptsz as DrvAllocPool,
+        None,
+        pk("cuMemAllocFromPoolAsync", Some(true), 11020, K)
+    ),
+    hook!(
+        CuMemFreeAsync,
+        Driver,
+        false,
+        w_cuMemFreeAsync as DrvFreeAsync,
+        None,
+        pk("cuMemFreeAsync", Some(false), 11020, K)
+    ),
+    hook!(
+        CuMemFreeAsyncPtsz,
+        Driver,
+        false,
+        w_cuMemFreeAsync_ptsz as DrvFreeAsync,
+        None,
+        pk("cuMemFreeAsync", Some(true), 11020, K)
+    ),
+    hook!(
+        CuMemPoolCreate,
+        Driver,
+        false,
+        w_cuMemPoolCreate as DrvPoolCreate,
+        None,
+        pk("cuMemPoolCreate", None, 11020, K)
+    ),
+    hook!(
+        CuDeviceGetDefaultMemPool,
+        Driver,
+        false,
+        w_cuDeviceGetDefaultMemPool as DrvDevicePool,
+        None,
+        pk("cuDeviceGetDefaultMemPool", None, 11020, K)
+    ),
+    hook!(
+        CuDeviceGetMemPool,
+        Driver,
+        false,
+        w_cuDeviceGetMemPool as DrvDevicePool,
+        None,
+        pk("cuDeviceGetMemPool", None, 11020, K)
+    ),
+    hook!(
+        CuMemCreate,
+        Driver,
+        false,
+        w_cuMemCreate as DrvMemCreate,
+        None,
+        pk("cuMemCreate", None, 10020, K)
+    ),
+    hook!(
+        CuMemRelease,
+        Driver,
+        false,
+        w_cuMemRelease as DrvMemRelease,
+        None,
+        pk("cuMemRelease", None, 10020, K)
+    ),
+    hook!(
+        CuMemRetainAllocationHandle,
+        Driver,
+        false,
+        w_cuMemRetainAllocationHandle as DrvMemRetain,
+        None,
+        pk("cuMemRetainAllocationHandle", None, 11000, K)
+    ),
+    hook!(
+        CuMemMap,
+        Driver,
+        false,
+        w_cuMemMap as DrvMemMap,
+        None,
+        pk("cuMemMap", None, 10020, K)
+    ),
+    hook!(
+        CuMemUnmap,
+        Driver,
+        false,
+        w_cuMemUnmap as DrvMemUnmap,
+        None,
+        pk("cuMemUnmap", None, 10020, K)
+    ),
+    hook!(
         CuStreamSynchronize,
         Driver,
         false,
@@ -297,7 +410,15 @@ pub static HOOKS: &[Hook] = &[
         false,
         w_cuCtxSynchronize as DrvSync0,
         None,
-        pk("cuCtxSynchronize", None, 2000, K)
+        pk("cuCtxSynchronize", None, 2000, 13000)
+    ),
+    hook!(
+        CuCtxSynchronizeV2,
+        Driver,
+        false,
+        w_cuCtxSynchronize_v2 as DrvSync1,
+        None,
+        pk("cuCtxSynchronize", None, 13000, K)
     ),
     hook!(
         CuEventSynchronize,
@@ -583,6 +704,39 @@ pub struct CuLaunchConfig {
     pub num_attrs: u32,
 }
 
+/// The head both `CUmemAllocationProp` (`cuMemCreate`) and `CUmemPoolProps` (`cuMemPoolCreate`)
+/// begin with: the allocation type, the handle types, then the `CUmemLocation` (type, id) of
+/// the memory. Only this head is read.
+#[repr(C)]
+pub struct MemLocated {
+    pub alloc_type: i32,
+    pub handle_types: i32,
+    pub location_type: i32,
+    pub location_id: i32,
+}
+
+/// `CU_MEM_LOCATION_TYPE_DEVICE`.
+pub const MEM_LOCATION_TYPE_DEVICE: i32 = 1;
+
+impl MemLocated {
+    /// The device the memory is on (-1: host memory, or `p` is NULL).
+    ///
+    /// # Safety
+    /// `p` is NULL or points to a props struct the caller handed to the driver.
+    pub unsafe fn device_of(p: *const MemLocated) -> i32 {
+        if p.is_null() {
+            return -1;
+        }
+        // SAFETY: the caller's contract; the driver reads the same struct.
+        let m = unsafe { &*p };
+        if m.location_type == MEM_LOCATION_TYPE_DEVICE {
+            m.location_id
+        } else {
+            -1
+        }
+    }
+}
+
 type P = *mut c_void;
 type PP = *mut *mut c_void;
 type RtLaunch = unsafe extern "C" fn(*const c_void, Dim3, Dim3, PP, usize, P) -> c_int;
@@ -599,6 +753,17 @@ type DrvGraph = unsafe extern "C" fn(P, P) -> c_int;
 type DrvAlloc = unsafe extern "C" fn(*mut u64, usize) -> c_int;
 type DrvAllocAsync = unsafe extern "C" fn(*mut u64, usize, P) -> c_int;
 type DrvFree = unsafe extern "C" fn(u64) -> c_int;
+type DrvAllocPitch = unsafe extern "C" fn(*mut u64, *mut usize, usize, usize, u32) -> c_int;
+type DrvAllocManaged = unsafe extern "C" fn(*mut u64, usize, u32) -> c_int;
+type DrvAllocPool = unsafe extern "C" fn(*mut u64, usize, P, P) -> c_int;
+type DrvFreeAsync = unsafe extern "C" fn(u64, P) -> c_int;
+type DrvPoolCreate = unsafe extern "C" fn(PP, *const MemLocated) -> c_int;
+type DrvDevicePool = unsafe extern "C" fn(PP, c_int) -> c_int;
+type DrvMemCreate = unsafe extern "C" fn(*mut u64, usize, *const MemLocated, u64) -> c_int;
+type DrvMemRelease = unsafe extern "C" fn(u64) -> c_int;
+type DrvMemRetain = unsafe extern "C" fn(*mut u64, P) -> c_int;
+type DrvMemMap = unsafe extern "C" fn(u64, usize, usize, u64, u64) -> c_int;
+type DrvMemUnmap = unsafe extern "C" fn(u64, usize) -> c_int;
 type DrvSync0 = unsafe extern "C" fn() -> c_int;
 type DrvSync1 = unsafe extern "C" fn(P) -> c_int;
 type DrvCtx = unsafe extern "C" fn(P) -> c_int;
@@ -620,14 +785,18 @@ mod launch;
 mod lookup;
 mod memory;
 mod nccl;
+mod pool;
 mod sync;
+mod vmm;
 
 use context::*;
 pub use launch::*;
 use lookup::*;
 use memory::*;
 pub use nccl::*;
+use pool::*;
 pub use sync::*;
+use vmm::*;
 
 #[cfg(test)]
 mod tests {
@@ -670,6 +839,53 @@ mod tests {
         }
         assert!(find(c"malloc").is_none());
         assert!(find(c"cuInit").is_none());
+    }
+
+    /// Every driver hook's look-up key names an entry point of the driver with the hook's C name
+    /// and ABI: asked of the stand-in driver (the real one's names, versions and variants) at the
+    /// first and the last version the key covers, `cuGetProcAddress_v2` hands out exactly the
+    /// function exported under the hook's name.
+    #[test]
+    fn driver_hooks_name_entry_points_of_the_driver() {
+        let exe = std::env::current_exe().unwrap();
+        let so = exe.parent().unwrap().parent().unwrap().join("libcuda.so");
+        if !so.exists() {
+            eprintln!("skip: {} not built", so.display());
+            return;
+        }
+        let path = std::ffi::CString::new(so.to_str().unwrap()).unwrap();
+        // SAFETY: dlopen of the stand-in driver, kept for the test process.
+        let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        assert!(!h.is_null());
+        let sym = |n: &str| {
+            let c = std::ffi::CString::new(n).unwrap();
+            // SAFETY: live handle, valid C string.
+            unsafe { libc::dlsym(h, c.as_ptr()) as usize }
+        };
+        type GetProc = unsafe extern "C" fn(*const c_char, PP, c_int, u64, *mut c_int) -> c_int;
+        // SAFETY: cuGetProcAddress_v2 has this signature (cuda.h).
+        let get: GetProc = unsafe { std::mem::transmute(sym("cuGetProcAddress_v2")) };
+        let mut bad = vec![];
+        for hk in HOOKS.iter().filter(|h| h.class == Class::Driver) {
+            let k = hk.proc_key.unwrap();
+            let want = sym(hk.name());
+            assert_ne!(want, 0, "the driver exports no {}", hk.name());
+            let flags = if k.ptsz == Some(true) { 2 } else { 0 };
+            let c = std::ffi::CString::new(k.symbol).unwrap();
+            for ver in [k.min_ver, k.max_ver - 1] {
+                let mut p: *mut c_void = std::ptr::null_mut();
+                let mut st = -1;
+                // SAFETY: valid C string and out-pointers.
+                let r = unsafe { get(c.as_ptr(), &mut p, ver as c_int, flags, &mut st) };
+                if r != 0 || p as usize != want {
+                    bad.push(format!("{} at {ver}", hk.name()));
+                }
+            }
+        }
+        assert!(
+            bad.is_empty(),
+            "the driver hands out other functions: {bad:?}"
+        );
     }
 
     #[test]

@@ -1,7 +1,43 @@
 //! NCCL wrappers (exported, forwarding to the `pncclX` aliases): every op recorded, and timed on
-//! the GPU outside groups (a group is timed per stream at `ncclGroupEnd`).
+//! the GPU outside groups (a group is timed per stream at `ncclGroupEnd`). A side task's op
+//! outside a group, or its outermost `ncclGroupEnd`, is admitted by the gate on every GPU its
+//! communicators are on before the real call ([`crate::gate::before_comm`]).
 
 use super::*;
+
+/// `ncclCommCuDevice` of the loaded NCCL: 0 not looked up yet, 1 missing.
+static COMM_CU_DEVICE: AtomicUsize = AtomicUsize::new(0);
+
+type CommCuDevice = unsafe extern "C" fn(P, *mut c_int) -> c_int;
+
+/// The device of communicator `comm` (side tasks only: a slow path; the caller's device when
+/// NCCL cannot say).
+fn comm_device(comm: P) -> i32 {
+    let mut f = COMM_CU_DEVICE.load(Ordering::Acquire);
+    if f == 0 {
+        let mut p = dl::sym(dl::RTLD_NEXT, c"ncclCommCuDevice");
+        'libs: for lib in [c"libnccl.so.2", c"libnccl.so"] {
+            for name in [c"pncclCommCuDevice", c"ncclCommCuDevice"] {
+                if !p.is_null() {
+                    break 'libs;
+                }
+                p = dl::sym_in_loaded(lib, name);
+            }
+        }
+        f = if p.is_null() { 1 } else { p as usize };
+        COMM_CU_DEVICE.store(f, Ordering::Release);
+    }
+    if f > 1 {
+        // SAFETY: f is NCCL's ncclCommCuDevice(ncclComm_t, int*), writing one int we own.
+        let g: CommCuDevice = unsafe { std::mem::transmute::<usize, CommCuDevice>(f) };
+        let mut d: c_int = -1;
+        // SAFETY: as above; NCCL checks the communicator.
+        if unsafe { g(comm, &mut d) } == 0 && d >= 0 {
+            return d;
+        }
+    }
+    crate::gate::caller_device()
+}
 
 /// Host side of a comm op: records it; outside a group also starts GPU-side timing.
 /// Returns (op id, timing pair).
@@ -68,9 +104,19 @@ fn nccl_op(
     call: impl FnOnce() -> c_int,
 ) -> c_int {
     let pre = rt::enter().map(|_g| comm_pre(api, stream, peer, bytes, dtype, comm_h));
+    let side = pre.is_some() && rt::is_sidetask();
+    if side {
+        let in_group = rt::THREAD
+            .try_with(|th| th.group_depth.get() > 0)
+            .unwrap_or(false);
+        crate::gate::comm_op(api, comm_h as u64, comm_device(comm_h), in_group);
+    }
     let nccl = rt::nccl_scope();
     let r = call();
     drop(nccl);
+    if side {
+        crate::gate::after_comm();
+    }
     if let Some((op, pair, t)) = pre {
         let _g = rt::enter();
         comm_post(api, stream, op, pair, t);
@@ -213,10 +259,17 @@ pub unsafe extern "C" fn ncclGroupEnd() -> c_int {
         }
     }
     drop(g);
+    let side = outermost && rt::is_sidetask();
+    if side {
+        crate::gate::group_end();
+    }
     let nccl = rt::nccl_scope();
     // SAFETY: pass-through (unguarded: NCCL's launches inside must be recorded).
     let r = unsafe { real() };
     drop(nccl);
+    if side {
+        crate::gate::after_comm();
+    }
     let _g = rt::enter();
     if outermost {
         for (p, s) in pairs.iter().zip(&streams[..n]) {

@@ -107,3 +107,17 @@ pub(super) unsafe extern "C" fn w_cuCtxSynchronize() -> c_int {
     sync_event(&g, api, t0, std::ptr::null_mut(), r);
     r
 }
+
+/// `cuCtxSynchronize` from CUDA 13.0: the context to wait for is an argument (NULL: the current).
+pub(super) unsafe extern "C" fn w_cuCtxSynchronize_v2(ctx: P) -> c_int {
+    let api = Api::CuCtxSynchronizeV2;
+    let Some(real) = real_fn::<DrvSync1>(api) else {
+        return CUDA_ERROR_NOT_FOUND;
+    };
+    let g = rt::enter();
+    let t0 = now_ns();
+    // SAFETY: pass-through.
+    let r = unsafe { real(ctx) };
+    sync_event(&g, api, t0, std::ptr::null_mut(), r);
+    r
+}

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests in `tests/` (which run the built binaries as processes).
 use std::path::PathBuf;
 
+pub mod gatebed;
+
 /// `target/<profile>/`, where the binaries and libraries under test are.
 pub fn release_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test exe");
@@ -22,36 +24,48 @@ pub fn built(name: &str) -> PathBuf {
     p
 }
 
-/// Compiles `tests/cprogs/gate_side.c` (a small CUDA-runtime program: kernel loops, allocations)
-/// against the stand-in runtime into a folder of this test process (`tag` names it); returns the
-/// executable.
-pub fn gate_side_bin(tag: &str) -> PathBuf {
+/// Compiles `tests/cprogs/gate_side.c` (a small CUDA-runtime program: kernel loops, graphs, two
+/// GPUs, allocations) against the stand-in runtime; returns the executable. `tag` is kept for the
+/// callers (the executable is shared: see [`cprog`]).
+pub fn gate_side_bin(_tag: &str) -> PathBuf {
+    cprog("gate_side", &["-lcudart"])
+}
+
+/// Compiles `tests/cprogs/<name>.c` against the stand-in libraries `libs` (`-lcudart`, `-lnccl`)
+/// into `target/<profile>/cprogs/<name>` (built under a name of this process, then renamed over
+/// it: concurrent test processes each get a whole executable, and nothing is left outside the
+/// build folder); returns the executable.
+pub fn cprog(name: &str, libs: &[&str]) -> PathBuf {
     let t = release_dir();
-    for f in ["libfreeride.so", "libcuda.so", "libcudart.so"] {
+    for f in ["libfreeride.so", "libcuda.so", "libcudart.so", "libnccl.so"] {
         assert!(
             t.join(f).exists(),
             "{f} not built (cargo build --release --workspace)"
         );
     }
-    let d = std::env::temp_dir().join(format!("freeride-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).expect("temp folder");
-    // Callers keep it in a static for every test of their binary: removed at its exit.
-    freeride_abi::scratch::remove_at_exit(&d);
-    let out = d.join("gate_side");
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../cprogs/gate_side.c");
+    let d = t.join("cprogs");
+    std::fs::create_dir_all(&d).expect("cprogs folder");
+    let out = d.join(name);
+    let tmp = d.join(format!("{name}.{}.tmp", std::process::id()));
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../cprogs")
+        .join(format!("{name}.c"));
     let o = std::process::Command::new("cc")
         .args(["-O1", "-o"])
-        .arg(&out)
+        .arg(&tmp)
         .arg(&src)
         .arg(format!("-L{}", t.display()))
-        .arg("-lcudart")
+        .args(libs)
+        .arg("-lpthread")
         .output()
         .expect("cc");
     assert!(
         o.status.success(),
-        "cc: {}",
+        "cc {}: {}",
+        src.display(),
         String::from_utf8_lossy(&o.stderr)
     );
+    std::fs::rename(&tmp, &out).expect("rename the compiled program");
     out
 }
 

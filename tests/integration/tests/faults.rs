@@ -102,8 +102,13 @@ impl Bed {
 
     /// gate_side with `args` under libfreeride.so in `role`; stdout piped, stdin piped (hold).
     fn prog(&self, role: &str, args: &[&str]) -> (Child, BufReader<ChildStdout>) {
+        self.prog_of(side_bin(), role, args)
+    }
+
+    /// `bin` with `args` under libfreeride.so in `role`; stdout piped, stdin piped (hold).
+    fn prog_of(&self, bin: &Path, role: &str, args: &[&str]) -> (Child, BufReader<ChildStdout>) {
         let standins = pipesim::standins::ensure_dir().unwrap();
-        let mut c = Command::new(side_bin())
+        let mut c = Command::new(bin)
             .args(args)
             .env("LD_PRELOAD", release_dir().join("libfreeride.so"))
             .env("LD_LIBRARY_PATH", &standins)
@@ -440,6 +445,63 @@ fn a_sidetask_over_its_memory_budget_is_killed_once_the_trainer_grows() {
         drop(c.stdin.take());
         let st = wait_exit(c, Duration::from_secs(10));
         assert!(st.is_some_and(|s| s.success()), "{name}: {st:?}");
+    }
+}
+
+/// A trainer's device memory on every allocation path, as `freeride agent` publishes it per
+/// process and per GPU: PyTorch's expandable segments (the virtual memory API) and memory pools
+/// included, so the side tasks' budget (the GPU's memory less the trainer's) is right.
+#[test]
+fn the_trainers_memory_on_every_path_shows_in_the_agents_view() {
+    let _s = serial();
+    let bed = Bed::new("memview");
+    let _agent = bed.agent(&[]);
+    let mem_paths = freeride_tests::cprog("mem_paths", &["-lcudart"]);
+    // (mem_paths arguments, the (GPU, MiB) it then holds).
+    type Case<'a> = (&'a [&'a str], &'a [(i64, u64)]);
+    let cases: [Case; 9] = [
+        (&["malloc", "32", "16"], &[(0, 48)]),
+        (&["pitch", "32", "16"], &[(0, 48)]),
+        (&["managed", "32", "16"], &[(0, 48)]),
+        (&["async", "32", "16"], &[(0, 48)]),
+        (&["pool", "32", "16"], &[(0, 48)]),
+        (&["vmm", "32", "16"], &[(0, 48)]),
+        // Freed memory goes; memory on another GPU is that GPU's.
+        (&["vmm", "32", "16", "free"], &[(0, 16)]),
+        (&["vmm", "8", "loc=1", "32"], &[(0, 8), (1, 32)]),
+        (&["pool", "dev=1", "24", "free", "10"], &[(1, 10)]),
+    ];
+    for (args, want) in cases {
+        let mut a = args.to_vec();
+        a.push("hold");
+        let (mut c, mut out) = bed.prog_of(&mem_paths, "trainer", &a);
+        for op in &args[1..] {
+            assert_eq!(read_line(&mut out), "0", "mem_paths {args:?}: {op}");
+        }
+        assert_eq!(read_line(&mut out), "held");
+        let pid = c.id() as u64;
+        let want_json: Vec<Value> = want
+            .iter()
+            .map(|&(d, mib)| serde_json::json!({"device": d, "bytes": mib << 20}))
+            .collect();
+        let total: u64 = want.iter().map(|w| w.1 << 20).sum();
+        let seen = bed.wait_status(Duration::from_secs(10), |v| {
+            v["processes"].as_array().is_some_and(|ps| {
+                ps.iter().any(|p| {
+                    p["pid"].as_u64() == Some(pid)
+                        && p["mem_held_bytes"].as_u64() == Some(total)
+                        && p["mem_by_device"].as_array() == Some(&want_json)
+                })
+            })
+        });
+        assert!(
+            seen.is_some(),
+            "the agent never showed {want:?} MiB for the trainer {args:?}: {:?}",
+            bed.status().map(|v| v["processes"].clone())
+        );
+        drop(c.stdin.take());
+        let st = wait_exit(&mut c, Duration::from_secs(10));
+        assert!(st.is_some_and(|s| s.success()), "{args:?}: {st:?}");
     }
 }
 

@@ -5,16 +5,12 @@
 //! sees kernel durations (kernelParams[0]); it learns them from its own completion events.
 use freeride_abi::grant_shm::{GrantFields, GrantWriter};
 use freeride_abi::now_ns;
-use freeride_tests::SIDETASK_NICE_FOR_TESTS;
-use serde_json::Value;
+use freeride_tests::gatebed::{grant_cycles, heart, kill, sleep_until, Bed, MS};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::process::{Child, Command};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
-
-const MS: u64 = 1_000_000;
 const KERNEL_US: u64 = 500;
 /// Host scheduling slack on a busy 2-core machine: a thread admitted just before a deadline may
 /// be descheduled before its launch reaches the GPU.
@@ -23,156 +19,32 @@ const SCHED_SLACK: u64 = 2 * MS;
 /// One timing-sensitive test at a time (the machine is small).
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// target/<profile>/ (see freeride_tests::release_dir).
-fn target_dir() -> PathBuf {
-    freeride_tests::release_dir()
-}
-
 fn side_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| freeride_tests::gate_side_bin("gate"))
 }
 
-struct Bed {
-    root: PathBuf,
-    session: PathBuf,
-    truth: PathBuf,
+fn cmd(bed: &Bed, role: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
+    bed.cmd(side_bin(), role, args, env)
 }
 
-impl Bed {
-    fn new(name: &str) -> Bed {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let root = PathBuf::from(format!(
-            "/dev/shm/freeride-gate-test-{}-{}-{name}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&root);
-        freeride_abi::scratch::remove_at_exit(&root);
-        let session = root.join("session");
-        std::fs::create_dir_all(&session).unwrap();
-        std::fs::create_dir_all(root.join("sim")).unwrap();
-        std::fs::set_permissions(
-            &session,
-            std::os::unix::fs::PermissionsExt::from_mode(0o700),
-        )
-        .unwrap();
-        let truth = root.join("truth.jsonl");
-        Bed {
-            root,
-            session,
-            truth,
-        }
-    }
-
-    fn cmd(&self, role: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
-        let standins = pipesim::standins::ensure_dir().unwrap();
-        let mut c = Command::new(side_bin());
-        c.args(args)
-            .env("LD_PRELOAD", target_dir().join("libfreeride.so"))
-            .env("LD_LIBRARY_PATH", &standins)
-            .env("FREERIDE_DIR", &self.session)
-            .env("FREERIDE_SIM_DIR", self.root.join("sim"))
-            .env("FREERIDE_SIM_TRACE", &self.truth)
-            .env("FREERIDE_ROLE", role)
-            .env("FREERIDE_GATE_VERBOSE", "1")
-            .env(SIDETASK_NICE_FOR_TESTS.0, SIDETASK_NICE_FOR_TESTS.1)
-            .env_remove("FREERIDE_TRACE")
-            .env_remove("FREERIDE_GATE")
-            .env_remove("FREERIDE_MEM_BUDGET_MB")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        c
-    }
-
-    /// Starts the never-yielding side task and waits for its "ready" (stream created).
-    fn start_loop(&self, env: &[(&str, &str)]) -> (Child, BufReader<std::process::ChildStdout>) {
-        let us = KERNEL_US.to_string();
-        let mut child = self.cmd("sidetask", &["loop", &us], env).spawn().unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), "ready", "side task did not start");
-        (child, out)
-    }
-
-    /// (start_ns, end_ns, queued_ns) of every kernel `pid` ran, by start.
-    fn kernels(&self, pid: u32) -> Vec<(u64, u64, u64)> {
-        let text = std::fs::read_to_string(&self.truth).unwrap_or_default();
-        let mut v: Vec<(u64, u64, u64)> = text
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|j| j["pid"].as_u64() == Some(pid as u64))
-            .map(|j| {
-                (
-                    j["start_ns"].as_u64().unwrap(),
-                    j["end_ns"].as_u64().unwrap(),
-                    j["queued_ns"].as_u64().unwrap(),
-                )
-            })
-            .collect();
-        v.sort();
-        v
-    }
+/// Starts the never-yielding side task and waits for its "ready" (stream created).
+fn start_loop(bed: &Bed, env: &[(&str, &str)]) -> (Child, BufReader<std::process::ChildStdout>) {
+    start(bed, &["loop", &KERNEL_US.to_string()], env)
 }
 
-impl Drop for Bed {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
-}
-
-/// Heartbeats the grant every 1 ms (the agent does every ~50 µs) until dropped.
-struct Heart {
-    stop: Arc<AtomicBool>,
-    th: Option<std::thread::JoinHandle<()>>,
-}
-
-fn heart(w: &Arc<GrantWriter>) -> Heart {
-    let stop = Arc::new(AtomicBool::new(false));
-    let (s, w) = (stop.clone(), w.clone());
-    let th = std::thread::spawn(move || {
-        while !s.load(Ordering::Relaxed) {
-            w.heartbeat();
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    });
-    Heart { stop, th: Some(th) }
-}
-
-impl Drop for Heart {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.th.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn sleep_until(t: u64) {
-    let now = now_ns();
-    if t > now {
-        std::thread::sleep(Duration::from_nanos(t - now));
-    }
-}
-
-fn kill(mut child: Child) {
-    // SAFETY: kill(2) of our own child's pid.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let t0 = now_ns();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return;
-        }
-        assert!(
-            now_ns() - t0 < 2_000 * MS,
-            "side task did not exit on SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+/// Starts gate_side with `args` as a side task and waits for its "ready".
+fn start(
+    bed: &Bed,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Child, BufReader<std::process::ChildStdout>) {
+    let mut child = cmd(bed, "sidetask", args, env).spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "side task did not start");
+    (child, out)
 }
 
 #[test]
@@ -181,21 +53,13 @@ fn never_yielding_sidetask_runs_only_inside_grants() {
     let bed = Bed::new("never-yields");
     let w = Arc::new(GrantWriter::create(&bed.session, 0).unwrap());
     let _hb = heart(&w);
-    let (child, _out) = bed.start_loop(&[]);
+    let (child, _out) = start_loop(&bed, &[]);
     let pid = child.id();
     let closed_from = now_ns();
     std::thread::sleep(Duration::from_millis(300));
     let closed_to = now_ns();
     // Grants of 20 ms every 100 ms.
-    let mut grants = vec![];
-    for _ in 0..6 {
-        let t = now_ns();
-        let until = w.open_for(20 * MS, 20 * MS, 0);
-        grants.push((t, until));
-        sleep_until(until);
-        w.close(0);
-        sleep_until(t + 100 * MS);
-    }
+    let grants = grant_cycles(&w, 6, 20 * MS, 20 * MS, 100 * MS);
     let truth_to = now_ns();
     kill(child);
     let ks = bed.kernels(pid);
@@ -240,7 +104,7 @@ fn grant_closed_early_drains_within_bound() {
     let bed = Bed::new("closed-early");
     let w = Arc::new(GrantWriter::create(&bed.session, 0).unwrap());
     let _hb = heart(&w);
-    let (child, _out) = bed.start_loop(&[]);
+    let (child, _out) = start_loop(&bed, &[]);
     let pid = child.id();
     // A first full grant teaches the gate the kernel's duration.
     let until = w.open_for(20 * MS, 20 * MS, 0);
@@ -294,14 +158,14 @@ fn memory_budget_errors_the_sidetask_not_the_trainer() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let bed = Bed::new("mem");
     let env = [("FREERIDE_MEM_BUDGET_MB", "64")];
-    let o = bed
-        .cmd(
-            "sidetask",
-            &["mem", "48", "48", "free", "48", "16", "1"],
-            &env,
-        )
-        .output()
-        .unwrap();
+    let o = cmd(
+        &bed,
+        "sidetask",
+        &["mem", "48", "48", "free", "48", "16", "1"],
+        &env,
+    )
+    .output()
+    .unwrap();
     assert!(o.status.success());
     let codes: Vec<String> = String::from_utf8_lossy(&o.stdout)
         .lines()
@@ -309,8 +173,7 @@ fn memory_budget_errors_the_sidetask_not_the_trainer() {
         .collect();
     // 48 ok; 48 more -> cudaErrorMemoryAllocation (2); free ok; 48 ok; 16 ok (64 held); 1 -> 2.
     assert_eq!(codes, ["0", "2", "0", "0", "0", "2"], "side task results");
-    let o = bed
-        .cmd("trainer", &["mem", "1024", "1024"], &env)
+    let o = cmd(&bed, "trainer", &["mem", "1024", "1024"], &env)
         .output()
         .unwrap();
     assert!(o.status.success());
@@ -326,7 +189,7 @@ fn memory_budget_errors_the_sidetask_not_the_trainer() {
 fn no_agent_holds_the_sidetask_and_gate_off_runs_freely() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let bed = Bed::new("no-agent");
-    let (child, _out) = bed.start_loop(&[]);
+    let (child, _out) = start_loop(&bed, &[]);
     let pid = child.id();
     std::thread::sleep(Duration::from_millis(300));
     kill(child);
@@ -340,7 +203,7 @@ fn no_agent_holds_the_sidetask_and_gate_off_runs_freely() {
     let w = GrantWriter::create(&bed.session, 0).unwrap();
     w.open_for(10_000 * MS, 0, 0);
     std::thread::sleep(Duration::from_millis(150));
-    let (child, _out) = bed.start_loop(&[]);
+    let (child, _out) = start_loop(&bed, &[]);
     let pid = child.id();
     std::thread::sleep(Duration::from_millis(300));
     kill(child);
@@ -350,14 +213,14 @@ fn no_agent_holds_the_sidetask_and_gate_off_runs_freely() {
         "a side task ran under a stale grant"
     );
 
-    let o = bed
-        .cmd(
-            "sidetask",
-            &["loop", "100", "200"],
-            &[("FREERIDE_GATE", "off")],
-        )
-        .output()
-        .unwrap();
+    let o = cmd(
+        &bed,
+        "sidetask",
+        &["loop", "100", "200"],
+        &[("FREERIDE_GATE", "off")],
+    )
+    .output()
+    .unwrap();
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).contains("done 200"));
     let pid_off = bed.kernels(0).len(); // none run as pid 0
@@ -376,8 +239,8 @@ fn a_grant_kept_for_more_important_tasks_holds_a_less_important_one() {
     let bed = Bed::new("priority");
     let w = Arc::new(GrantWriter::create(&bed.session, 0).unwrap());
     let _hb = heart(&w);
-    let (low, _lo) = bed.start_loop(&[("FREERIDE_PRIORITY", "1")]);
-    let (high, _ho) = bed.start_loop(&[("FREERIDE_PRIORITY", "5")]);
+    let (low, _lo) = start_loop(&bed, &[("FREERIDE_PRIORITY", "1")]);
+    let (high, _ho) = start_loop(&bed, &[("FREERIDE_PRIORITY", "5")]);
     // Four grants of 20 ms reserved for priority >= 5.
     let (first, mut last) = (now_ns(), 0);
     for _ in 0..4 {
@@ -426,7 +289,7 @@ fn the_memory_budget_is_for_all_the_gpus_side_tasks_together() {
         ..GrantFields::default()
     });
     let run = |args: &[&str]| {
-        let o = bed.cmd("sidetask", args, &[]).output().unwrap();
+        let o = cmd(&bed, "sidetask", args, &[]).output().unwrap();
         assert!(o.status.success());
         String::from_utf8_lossy(&o.stdout)
             .lines()
@@ -461,7 +324,7 @@ fn an_unmodified_sidetask_yields_the_cpu_to_the_trainer() {
         ("sidetask", Some("4"), 4),
         ("trainer", None, ours),
     ] {
-        let mut c = bed.cmd(role, &["loop", &KERNEL_US.to_string()], &[]);
+        let mut c = cmd(&bed, role, &["loop", &KERNEL_US.to_string()], &[]);
         match env {
             Some(n) => c.env("FREERIDE_SIDETASK_NICE", n),
             None => c.env_remove("FREERIDE_SIDETASK_NICE"),
@@ -492,7 +355,7 @@ fn a_held_sidetask_sleeps_until_a_grant_opens() {
     let bed = Bed::new("sleeps");
     let w = Arc::new(GrantWriter::create(&bed.session, 0).unwrap());
     let _hb = heart(&w);
-    let (child, _out) = bed.start_loop(&[]);
+    let (child, _out) = start_loop(&bed, &[]);
     let pid = child.id();
     // Held at its first launch (the interposer starts at the first hooked call).
     std::thread::sleep(Duration::from_millis(200));

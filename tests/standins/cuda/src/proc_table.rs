@@ -8,7 +8,7 @@
 //! out where one exists. As a convenience (the real driver does not), an exact exported name such
 //! as `cuMemAlloc_v2` also resolves.
 use crate::api::{context::*, device::*, error::*, event::*, graph::*, launch::*, memory::*};
-use crate::api::{module::*, stream::*};
+use crate::api::{module::*, pool::*, stream::*, vmm::*};
 use crate::guard::{cstr, guard, out};
 use crate::types::*;
 use std::ffi::{c_char, c_void};
@@ -142,8 +142,47 @@ fn build() -> Vec<Entry> {
             cuMemAllocAsync,
             cuMemAllocAsync_ptsz
         ),
+        entry!("cuMemAllocPitch", 3020, cuMemAllocPitch_v2),
+        entry!("cuMemAllocManaged", 6000, cuMemAllocManaged),
         entry!("cuMemFree", 3020, cuMemFree_v2),
         entry!("cuMemFreeAsync", 11020, cuMemFreeAsync, cuMemFreeAsync_ptsz),
+        // Memory pools.
+        entry!(
+            "cuMemAllocFromPoolAsync",
+            11020,
+            cuMemAllocFromPoolAsync,
+            cuMemAllocFromPoolAsync_ptsz
+        ),
+        entry!(
+            "cuDeviceGetDefaultMemPool",
+            11020,
+            cuDeviceGetDefaultMemPool
+        ),
+        entry!("cuDeviceGetMemPool", 11020, cuDeviceGetMemPool),
+        entry!("cuDeviceSetMemPool", 11020, cuDeviceSetMemPool),
+        entry!("cuMemPoolCreate", 11020, cuMemPoolCreate),
+        entry!("cuMemPoolDestroy", 11020, cuMemPoolDestroy),
+        entry!("cuMemPoolTrimTo", 11020, cuMemPoolTrimTo),
+        entry!("cuMemPoolSetAttribute", 11020, cuMemPoolSetAttribute),
+        entry!("cuMemPoolGetAttribute", 11020, cuMemPoolGetAttribute),
+        // Virtual memory management.
+        entry!(
+            "cuMemGetAllocationGranularity",
+            10020,
+            cuMemGetAllocationGranularity
+        ),
+        entry!("cuMemCreate", 10020, cuMemCreate),
+        entry!("cuMemRelease", 10020, cuMemRelease),
+        entry!(
+            "cuMemRetainAllocationHandle",
+            11000,
+            cuMemRetainAllocationHandle
+        ),
+        entry!("cuMemAddressReserve", 10020, cuMemAddressReserve),
+        entry!("cuMemAddressFree", 10020, cuMemAddressFree),
+        entry!("cuMemMap", 10020, cuMemMap),
+        entry!("cuMemUnmap", 10020, cuMemUnmap),
+        entry!("cuMemSetAccess", 10020, cuMemSetAccess),
         entry!("cuMemGetInfo", 3020, cuMemGetInfo_v2),
         entry!("cuMemcpyHtoD", 3020, cuMemcpyHtoD_v2),
         entry!("cuMemcpyDtoH", 3020, cuMemcpyDtoH_v2),

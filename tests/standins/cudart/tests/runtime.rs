@@ -321,6 +321,50 @@ fn scenario() {
     assert_eq!(unsafe { malloc(&mut q, 500 << 20) }, 2);
     ok!(free(p));
     ok!(free(null));
+    // The other allocation calls reach the driver's (pitched, managed, stream-ordered, pools).
+    let used = || {
+        let (mut f, mut t) = (0usize, 0usize);
+        ok!(mem_info(&mut f, &mut t));
+        (t - f) >> 20
+    };
+    let base = used();
+    let malloc_pitch = sym!(
+        h,
+        "cudaMallocPitch",
+        fn(*mut P, *mut usize, usize, usize) -> i32
+    );
+    let malloc_managed = sym!(h, "cudaMallocManaged", fn(*mut P, usize, u32) -> i32);
+    let malloc_async = sym!(h, "cudaMallocAsync", fn(*mut P, usize, P) -> i32);
+    let malloc_pool = sym!(h, "cudaMallocFromPoolAsync", fn(*mut P, usize, P, P) -> i32);
+    let free_async = sym!(h, "cudaFreeAsync", fn(P, P) -> i32);
+    let default_pool = sym!(h, "cudaDeviceGetDefaultMemPool", fn(*mut P, i32) -> i32);
+    let mut pitch = 0usize;
+    ok!(malloc_pitch(&mut p, &mut pitch, 1000, 2048));
+    assert_eq!((pitch, used() - base), (1024, 2));
+    ok!(free(p));
+    ok!(malloc_managed(&mut p, 16 << 20, 1));
+    assert_eq!(used() - base, 16);
+    ok!(free(p));
+    // On the current device (1): its default stream; `s` is a stream of device 0.
+    ok!(malloc_async(&mut p, 32 << 20, null));
+    assert_eq!(used() - base, 32);
+    ok!(free_async(p, null));
+    ok!(dev_sync());
+    assert_eq!(used(), base);
+    ok!(malloc_async(&mut p, 32 << 20, s));
+    assert_eq!(used(), base, "from the pool of the stream's device");
+    ok!(free_async(p, s));
+    let mut pool: P = null;
+    ok!(default_pool(&mut pool, 1));
+    ok!(malloc_pool(&mut p, 8 << 20, pool, s));
+    assert_eq!(
+        used() - base,
+        8,
+        "a pool of device 1 on a stream of device 0"
+    );
+    ok!(free_async(p, s));
+    ok!(stream_sync(s));
+    assert_eq!(used(), base);
 
     // Driver entry points come from the driver's cuGetProcAddress_v2.
     let mut fp: P = null;

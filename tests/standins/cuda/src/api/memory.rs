@@ -1,12 +1,17 @@
-//! Device memory (accounting only, fake addresses) and copies (no-ops; the async ones are ordered
-//! on their stream).
+//! Device memory (accounting only, fake addresses): `cuMemAlloc_v2`, `cuMemAllocPitch_v2`,
+//! `cuMemAllocManaged`, `cuMemFree_v2`, `cuMemGetInfo_v2`; copies (no-ops; the async ones are
+//! ordered on their stream). Pools are in [`super::pool`], the virtual memory API in
+//! [`super::vmm`].
 use crate::guard::{guard, out, CuResult};
 use crate::state;
 use crate::types::*;
 use simgpu::{Device, Op, SimError};
 use std::ffi::c_void;
 
-fn sim_err(e: SimError) -> CUresult {
+/// The row alignment of a pitched allocation (`cuMemAllocPitch_v2`).
+pub const PITCH_ALIGN: usize = 512;
+
+pub(super) fn sim_err(e: SimError) -> CUresult {
     match e {
         SimError::OutOfMemory => CUDA_ERROR_OUT_OF_MEMORY,
         SimError::InvalidValue => CUDA_ERROR_INVALID_VALUE,
@@ -15,9 +20,13 @@ fn sim_err(e: SimError) -> CUresult {
     }
 }
 
-fn free(dptr: CUdeviceptr) -> CuResult {
+/// Frees an allocation (a pool's goes back to its pool).
+pub(super) fn free(dptr: CUdeviceptr) -> CuResult {
     if dptr == 0 {
         return Ok(());
+    }
+    if let Some(r) = super::pool::free_now(dptr) {
+        return r;
     }
     let dev = simgpu::memory::device_of(dptr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     Device::get(dev)
@@ -40,32 +49,57 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) 
     })
 }
 
+/// `cuMemAllocPitch_v2`: rows of `width` bytes padded to [`PITCH_ALIGN`]; `element` (the widest
+/// access) must be 4, 8 or 16 bytes, as the real driver requires.
 #[no_mangle]
-pub unsafe extern "C" fn cuMemAllocAsync(
+pub unsafe extern "C" fn cuMemAllocPitch_v2(
     dptr: *mut CUdeviceptr,
-    bytesize: usize,
-    hstream: CUstream,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    element: u32,
 ) -> CUresult {
     guard(|| {
-        if dptr.is_null() {
+        if dptr.is_null() || pitch.is_null() || width == 0 || height == 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let stream = state::stream(hstream)?;
-        let addr = stream
-            .device()
-            .mem_alloc(bytesize as u64)
+        if !matches!(element, 4 | 8 | 16) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let p = width
+            .checked_next_multiple_of(PITCH_ALIGN)
+            .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let bytes = p.checked_mul(height).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+        let addr = state::current()?
+            .device
+            .mem_alloc(bytes as u64)
             .map_err(sim_err)?;
+        out(pitch, p)?;
         out(dptr, addr)
     })
 }
 
+/// `cuMemAllocManaged`: counted whole on the current context's device (the stand-in does not
+/// migrate pages; a real GPU holds what is resident, at most this).
 #[no_mangle]
-pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
+pub unsafe extern "C" fn cuMemAllocManaged(
     dptr: *mut CUdeviceptr,
     bytesize: usize,
-    hstream: CUstream,
+    flags: u32,
 ) -> CUresult {
-    cuMemAllocAsync(dptr, bytesize, hstream)
+    guard(|| {
+        if dptr.is_null() || bytesize == 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        if flags != MEM_ATTACH_GLOBAL && flags != MEM_ATTACH_HOST {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let addr = state::current()?
+            .device
+            .mem_alloc(bytesize as u64)
+            .map_err(sim_err)?;
+        out(dptr, addr)
+    })
 }
 
 #[no_mangle]
@@ -74,25 +108,6 @@ pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
         state::require_init()?;
         free(dptr)
     })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, hstream: CUstream) -> CUresult {
-    guard(|| {
-        let stream = state::stream(hstream)?;
-        let dev = simgpu::memory::device_of(dptr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        Device::get(dev).map_err(sim_err)?;
-        // Freed when the stream reaches this point.
-        stream.enqueue(vec![Op::Host(Box::new(move || {
-            let _ = free(dptr);
-        }))]);
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, hstream: CUstream) -> CUresult {
-    cuMemFreeAsync(dptr, hstream)
 }
 
 #[no_mangle]

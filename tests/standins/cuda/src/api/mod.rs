@@ -8,4 +8,6 @@ pub(crate) mod graph;
 pub(crate) mod launch;
 pub(crate) mod memory;
 pub(crate) mod module;
+pub(crate) mod pool;
 pub(crate) mod stream;
+pub(crate) mod vmm;
