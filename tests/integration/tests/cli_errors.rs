@@ -96,14 +96,14 @@ fn sim_refuses_a_run_too_short_to_score() {
     }
 }
 
-/// A job needs one simulated GPU per stage: a device count set too small is named up front
+/// A job needs one simulated GPU per process (pp x tp x dp): a device count set too small is named up front
 /// (issue 16: the stages died with "cudaSetDevice failed: 101").
 #[test]
 fn sim_names_a_too_small_simulated_gpu_count() {
     let o = freeride_env(&["sim", "--stages", "9"], &[("FREERIDE_SIM_DEVICES", "4")]);
     assert_eq!(o.code, Some(2), "{}", o.stderr);
     assert!(
-        o.stderr.contains("FREERIDE_SIM_DEVICES=4") && o.stderr.contains("--stages 9"),
+        o.stderr.contains("FREERIDE_SIM_DEVICES=4") && o.stderr.contains("needs 9 simulated GPUs"),
         "{}",
         o.stderr
     );

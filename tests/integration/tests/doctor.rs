@@ -234,7 +234,11 @@ fn session_directory_problems() {
     std::fs::remove_dir(&s).unwrap();
     std::os::unix::fs::symlink(node.path("elsewhere"), &s).unwrap();
     std::fs::create_dir(node.path("elsewhere")).unwrap();
-    fails(&node.doctor(&[], &[]), "session", &["not a directory"]);
+    fails(
+        &node.doctor(&[], &[]),
+        "session",
+        &["symbolic link", "real directory"],
+    );
     std::fs::remove_file(&s).unwrap();
     std::fs::create_dir(&s).unwrap();
     std::fs::set_permissions(&s, std::fs::Permissions::from_mode(0o700)).unwrap();
@@ -364,8 +368,19 @@ fn probe_problems() {
         "probe",
         &["freeride-no-such-command not found"],
     );
+    // The interposer loads into a program that never calls CUDA (its process_start and
+    // process_exit lines are written at exit), but sees no launch.
     fails(
         &node.doctor(&["--", "/bin/true"], &[]),
+        "probe",
+        &["loaded", "saw no kernel launch"],
+    );
+    // A launcher that clears LD_PRELOAD: nothing at all is recorded.
+    fails(
+        &node.doctor(
+            &["--", "/usr/bin/env", "-u", "LD_PRELOAD", "/bin/true"],
+            &[],
+        ),
         "probe",
         &["recorded nothing", "LD_PRELOAD"],
     );
