@@ -116,6 +116,21 @@ pub fn json_of(cmd: &mut std::process::Command) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
+/// Runs `cmd` to its end, trying again while its executable is "busy" (ETXTBSY): a program just
+/// copied or compiled by this test process can be busy for a moment, because a child another test
+/// forks meanwhile holds the writer's descriptor until its exec.
+pub fn output_of_new_exe(cmd: &mut std::process::Command) -> std::process::Output {
+    for _ in 0..100 {
+        match cmd.output() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            r => return r.unwrap_or_else(|e| panic!("{cmd:?}: {e}")),
+        }
+    }
+    panic!("{cmd:?}: the executable stayed busy for 2 s");
+}
+
 /// A child process killed (SIGKILL) and reaped when dropped, also while a failing test unwinds.
 pub struct KillOnDrop(pub std::process::Child);
 

@@ -12,6 +12,8 @@ fn scratch(tag: &str) -> PathBuf {
     let d = Path::new("/dev/shm").join(format!("freeride-install-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
+    // Removed at exit also when a failing test skips its own removal.
+    freeride_abi::scratch::remove_at_exit(&d);
     d
 }
 
@@ -31,7 +33,7 @@ fn preloaded(exe: &Path, root: &Path, envs: &[(&str, &Path)]) -> (Option<i32>, S
     for (k, v) in envs {
         c.env(k, v);
     }
-    let o = c.output().unwrap();
+    let o = freeride_tests::output_of_new_exe(&mut c);
     (
         o.status.code(),
         String::from_utf8_lossy(&o.stdout).trim().to_string(),
@@ -76,19 +78,19 @@ fn the_carried_library_records_a_trainer() {
     let exe = root.join("bin/freeride");
     copy_exe(&built("freeride"), &exe);
     let trace = root.join("trace.jsonl");
-    let o = Command::new(&exe)
-        .args(["run", "--role", "trainer", "--trace"])
-        .arg(&trace)
-        .arg("--")
-        .arg(built("pipesim"))
-        .args(["--stages", "2", "--microbatches", "2", "--iterations", "1"])
-        .args(["--f", "1", "--b", "1", "--w", "1"])
-        .env("XDG_CACHE_HOME", root.join("cache"))
-        .env("FREERIDE_DIR", root.join("session"))
-        .env("FREERIDE_SIM_DIR", root.join("sim"))
-        .stdout(Stdio::null())
-        .output()
-        .unwrap();
+    let o = freeride_tests::output_of_new_exe(
+        Command::new(&exe)
+            .args(["run", "--role", "trainer", "--trace"])
+            .arg(&trace)
+            .arg("--")
+            .arg(built("pipesim"))
+            .args(["--stages", "2", "--microbatches", "2", "--iterations", "1"])
+            .args(["--f", "1", "--b", "1", "--w", "1"])
+            .env("XDG_CACHE_HOME", root.join("cache"))
+            .env("FREERIDE_DIR", root.join("session"))
+            .env("FREERIDE_SIM_DIR", root.join("sim"))
+            .stdout(Stdio::null()),
+    );
     let text = std::fs::read_to_string(&trace).unwrap_or_default();
     std::fs::remove_dir_all(&root).unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -157,24 +157,12 @@ fn a_copied_freeride_names_the_missing_test_bed_and_builds_nothing() {
     .unwrap();
     std::fs::set_permissions(&cargo, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     for cmd in ["demo", "sim"] {
-        // A file just written can be "busy" for a moment: a child another test forks meanwhile
-        // holds the writer's descriptor until its exec.
-        let out = (0..100)
-            .find_map(|_| {
-                match Command::new(&exe)
-                    .arg(cmd)
-                    .env("CARGO", &cargo)
-                    .env_remove("CARGO_MANIFEST_DIR")
-                    .output()
-                {
-                    Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
-                        std::thread::sleep(std::time::Duration::from_millis(20));
-                        None
-                    }
-                    r => Some(r.unwrap()),
-                }
-            })
-            .expect("the copied freeride stayed busy");
+        let out = freeride_tests::output_of_new_exe(
+            Command::new(&exe)
+                .arg(cmd)
+                .env("CARGO", &cargo)
+                .env_remove("CARGO_MANIFEST_DIR"),
+        );
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{cmd}: {err}");
         assert!(!marker.exists(), "{cmd} started a build: {err}");
