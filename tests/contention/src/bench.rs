@@ -186,14 +186,14 @@ impl Bed {
         Ok(c)
     }
 
-    /// Runs `role` beside the setting's side task; returns the role's JSON array.
+    /// Runs `role` beside the setting's side task; returns what the role printed (JSON).
     fn run(
         &mut self,
         s: &Setting,
         role: &str,
         args: &[String],
         libs: &Path,
-    ) -> Result<Vec<f64>, String> {
+    ) -> Result<Value, String> {
         if let Some((share, us)) = s.side {
             let mut c = self.cmd("side", s.mode, libs)?;
             c.args(["--kernel-us", &us.to_string()])
@@ -221,6 +221,16 @@ impl Bed {
         }
         let text = String::from_utf8_lossy(&out.stdout);
         serde_json::from_str(text.trim()).map_err(|e| format!("{role} output: {e}: {text}"))
+    }
+
+    /// The trainer's kernels from its launch to its end on the GPU's timeline (ms).
+    fn launch_to_end_ms(&self) -> Vec<f64> {
+        let text = std::fs::read_to_string(self.dir.join("truth.jsonl")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|l| l["kernel"] == "trainer_gemm")
+            .filter_map(|l| Some((l["end_ns"].as_u64()? - l["queued_ns"].as_u64()?) as f64 / 1e6))
+            .collect()
     }
 
     /// The side task's share of the device over the last `window_ms` of the run: its kernels
@@ -277,11 +287,22 @@ pub fn run(probes: usize, iterations: usize) -> Result<(), String> {
         Bed::new(n)
     };
     let mut latency = serde_json::Map::new();
-    println!("Trainer kernel latency, 0.3 ms kernels ({probes} probes each; ms):\n");
+    println!(
+        "Trainer kernel latency, 0.3 ms kernels, from the launch to the kernel's end on the GPU \
+         ({probes} probes each; ms):\n"
+    );
     println!("| setting | p50 sim / H200 | p90 sim | p99 sim / H200 |\n|---|---|---|---|");
     for row in latency_rows() {
         let args = vec!["--count".into(), probes.to_string()];
-        let v = bed()?.run(&row.setting, "probe", &args, &libs)?;
+        let mut b = bed()?;
+        b.run(&row.setting, "probe", &args, &libs)?;
+        let v = b.launch_to_end_ms();
+        if v.len() != probes {
+            return Err(format!(
+                "{} trainer kernels in the truth, {probes} launched",
+                v.len()
+            ));
+        }
         let (p50, p90, p99) = (quantile(&v, 0.5), quantile(&v, 0.9), quantile(&v, 0.99));
         println!(
             "| {} | {:.2} / {:.2} | {:.2} | {:.2} / {:.2} |",
@@ -304,7 +325,8 @@ pub fn run(probes: usize, iterations: usize) -> Result<(), String> {
     for row in busy_rows() {
         let args = vec!["--iterations".into(), iterations.to_string()];
         let mut b = bed()?;
-        let v = b.run(&row.setting, "busy", &args, &libs)?;
+        let v: Vec<f64> = serde_json::from_value(b.run(&row.setting, "busy", &args, &libs)?)
+            .map_err(|e| format!("busy output: {e}"))?;
         let ms = quantile(&v, if row.p90 { 0.9 } else { 0.5 });
         if row.setting.side.is_none() {
             alone_ms = quantile(&v, 0.5);

@@ -18,9 +18,11 @@
 //!   (`hold_after`), at the enqueue time when the host enqueues onto an idle stream, at a
 //!   record's time when that record releases a stream that waited for it. Submitting (or going
 //!   idle, or blocking on a record) lets go. A hold is honoured for a bounded real time only.
-//! * An event record completes with timestamp max(`ready_ns`, the record's enqueue time); a
-//!   cross-stream wait ([`Op::Wait`]) moves `ready_ns` up to the awaited record's timestamp; a host
-//!   op ([`Op::Host`]) takes no GPU time.
+//! * An event record completes with timestamp max(`ready_ns`, the record's enqueue time), or
+//!   under time-slicing the first instant after that at which its process is resident (a real
+//!   GPU executes a record only while its context is scheduled); a cross-stream wait
+//!   ([`Op::Wait`]) moves `ready_ns` up to the awaited record's timestamp; a host op
+//!   ([`Op::Host`]) takes no GPU time.
 //!
 //! The truth lines carry these logical times. Completion (synchronize, query) is real time.
 //!
@@ -79,7 +81,7 @@ pub enum Op {
 enum Exec {
     /// Waiting for ops: nothing queued.
     Idle,
-    /// Running a kernel; whether it holds the clock at its end.
+    /// Running a kernel (or a record) in the model; whether it holds the clock at its end.
     Kernel(EntryId, bool),
     /// Waiting for a record: whoever completes it holds the clock for this stream.
     Blocked,
@@ -256,7 +258,12 @@ fn execute(inner: &Inner, op: Op, ready_ns: u64, next_is_kernel: bool) -> u64 {
     match op {
         Op::Kernel(k) => run_kernel(inner, k, ready_ns, !next_is_kernel).end_ns,
         Op::Record(r) => {
-            let ts = ready_ns.max(r.queued_ns());
+            let due = ready_ns.max(r.queued_ns());
+            let id = submit_as_current(inner, |more| {
+                inner.device.submit_record(inner.key, due, more)
+            });
+            let ts = id.map_or(due, |id| inner.device.wait_done(id, true).end_ns);
+            inner.state().exec = Exec::Busy;
             r.complete(ts);
             ts
         }
@@ -275,6 +282,22 @@ fn execute(inner: &Inner, op: Op, ready_ns: u64, next_is_kernel: bool) -> u64 {
     }
 }
 
+/// Submits an entry with `submit(more)` (`more`: the stream has more queued) as the executor's
+/// current one, under the stream's lock, so that a host enqueue meanwhile sees it (see
+/// [`Stream::enqueue`]).
+fn submit_as_current(
+    inner: &Inner,
+    submit: impl FnOnce(bool) -> Option<EntryId>,
+) -> Option<EntryId> {
+    let mut st = inner.state();
+    let more = !st.queue.is_empty();
+    let id = submit(more);
+    if let Some(id) = id {
+        st.exec = Exec::Kernel(id, more);
+    }
+    id
+}
+
 /// Runs one kernel (blocking the executor thread) on a stream whose logical time is `ready_ns`,
 /// and writes its truth line. `on_time`: end it on time in real time too (spin the last
 /// [`crate::device::SPIN_FINISH_NS`]), as when the host may be waiting for it; otherwise sleep
@@ -282,10 +305,8 @@ fn execute(inner: &Inner, op: Op, ready_ns: u64, next_is_kernel: bool) -> u64 {
 /// logical end), which spares the CPU the test bed shares with everything else.
 fn run_kernel(inner: &Inner, k: KernelOp, ready_ns: u64, on_time: bool) -> Timing {
     let device = &inner.device;
-    let id = {
-        let mut st = inner.state();
-        let more = !st.queue.is_empty();
-        let id = device.submit(&KernelRun {
+    let id = submit_as_current(inner, |more| {
+        Some(device.submit(&KernelRun {
             stream_key: inner.key,
             comm: k.comm,
             with_body: k.work.is_some(),
@@ -293,10 +314,9 @@ fn run_kernel(inner: &Inner, k: KernelOp, ready_ns: u64, on_time: bool) -> Timin
             fill: k.fill,
             ready_ns: ready_ns.max(k.queued_ns),
             hold_after: more,
-        });
-        st.exec = Exec::Kernel(id, more);
-        id
-    };
+        }))
+    })
+    .expect("a kernel is always submitted");
     if let Some(Work(w)) = k.work {
         let mut ck = CommKernel {
             start_ns: device.wait_started(id),

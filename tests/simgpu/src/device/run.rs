@@ -63,17 +63,49 @@ impl Device {
             stream_key: k.stream_key,
             comm: k.comm,
             with_body: k.with_body,
+            mark: false,
             work_ns: k.duration_ns,
             fill: k.fill,
             demand,
             ready_ns: k.ready_ns,
             hold_after: k.hold_after,
         };
+        self.submit_entry(&s)
+    }
+
+    /// Puts an event record of stream `key`, due at `ready_ns`, in the model: under
+    /// time-slicing it executes at the first instant its process is resident (see
+    /// `crate::sched::MARK`); its end is the record's timestamp. None under MPS (every process is
+    /// resident: the record's time is `ready_ns`).
+    pub fn submit_record(
+        &self,
+        stream_key: u64,
+        ready_ns: u64,
+        hold_after: bool,
+    ) -> Option<EntryId> {
+        if self.knobs.mode() == Mode::Mps {
+            return None;
+        }
+        Some(self.submit_entry(&Submit {
+            slot: self.slot as u32,
+            stream_key,
+            comm: false,
+            with_body: false,
+            mark: true,
+            work_ns: 0,
+            fill: 1,
+            demand: 1,
+            ready_ns,
+            hold_after,
+        }))
+    }
+
+    fn submit_entry(&self, s: &Submit) -> EntryId {
         loop {
             let (id, cleared) = {
                 let mut m = self.shm.model();
-                let cleared = m.clear_hold(k.stream_key);
-                (m.submit(&s), cleared)
+                let cleared = m.clear_hold(s.stream_key);
+                (m.submit(s), cleared)
             };
             if cleared {
                 self.bump(&self.shm.hold_gen);

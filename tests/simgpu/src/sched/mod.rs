@@ -28,6 +28,9 @@
 //!   known time ([`Sched::report_transfer`]). Their transfer progresses only while their process
 //!   is resident, and (with [`Knobs::comm_spin`]) their waiting keeps their process runnable, as a
 //!   spinning NCCL kernel does.
+//! * An event record is an entry too ([`MARK`]): under time-slicing it takes its timestamp at the
+//!   first instant its process is resident, so an event pair around a kernel times the kernel,
+//!   not the wait for the device.
 //!
 //! # Late stream threads: holds
 //! A stream thread reaches its next operation some microseconds to milliseconds after the logical
@@ -65,6 +68,10 @@ pub const COMPUTE: u32 = 0;
 pub const COMM_WAIT: u32 = 1;
 /// A communication kernel whose transfer start and length are known.
 pub const COMM_XFER: u32 = 2;
+/// An event record: no work, no SMs, but (under time-slicing) it is executed only while its
+/// process is resident, as a real GPU's channel is only fed while its context is scheduled; its
+/// end is the record's timestamp.
+pub const MARK: u32 = 3;
 /// [`Entry::flags`]: hold the timeline at this entry's end (its stream has more queued).
 pub const HOLD_AFTER: u32 = 1;
 pub const STARTED: u32 = 2;
@@ -212,6 +219,8 @@ pub struct Submit {
     /// A communication kernel whose body will report its transfer (else it transfers its
     /// `work_ns` from its start).
     pub with_body: bool,
+    /// An event record ([`MARK`]; `comm`, `work_ns` and the fill do not matter).
+    pub mark: bool,
     pub work_ns: u64,
     pub fill: u32,
     pub demand: u32,
@@ -265,15 +274,16 @@ impl Sched {
         let seq = self.next_seq;
         self.next_seq += 1;
         let eligible = s.ready_ns.max(self.clock_ns);
-        let preemptible = s.comm || s.work_ns >= self.knobs.slice_ns;
+        let preemptible = s.comm || s.mark || s.work_ns >= self.knobs.slice_ns;
         let e = &mut self.entries[index];
         let gen = e.gen.wrapping_add(1);
         *e = Entry {
             state: ACTIVE,
-            kind: match (s.comm, s.with_body) {
-                (false, _) => COMPUTE,
-                (true, true) => COMM_WAIT,
-                (true, false) => COMM_XFER,
+            kind: match (s.mark, s.comm, s.with_body) {
+                (true, _, _) => MARK,
+                (false, false, _) => COMPUTE,
+                (false, true, true) => COMM_WAIT,
+                (false, true, false) => COMM_XFER,
             },
             flags: if s.hold_after { HOLD_AFTER } else { 0 }
                 | if preemptible { PREEMPTIBLE } else { 0 },
@@ -288,7 +298,7 @@ impl Sched {
             start_ns: 0,
             end_ns: 0,
             transfer_start_ns: 0,
-            work: if s.comm && s.with_body {
+            work: if s.mark || (s.comm && s.with_body) {
                 0.0
             } else {
                 s.work_ns as f64
@@ -347,18 +357,22 @@ impl Sched {
     }
 
     /// How far the clock may move at real time `now`: to `now`, but not past a hold that is
-    /// still honoured (one at or before the clock freezes it). Forgets expired holds.
-    pub fn horizon(&mut self, now: u64) -> u64 {
+    /// still honoured (one at or before the clock freezes it); and whether a hold sets that limit
+    /// (then nothing is decided at the limit itself: the held stream's work may be due then).
+    /// Forgets expired holds.
+    pub fn horizon(&mut self, now: u64) -> (u64, bool) {
         let grace = self.knobs.hold_ns;
         let mut limit = now;
+        let mut held = false;
         for h in self.holds.iter_mut().filter(|h| h.used != 0) {
             if now.saturating_sub(h.set_real_ns) > grace {
                 h.used = 0;
-            } else {
-                limit = limit.min(h.ns);
+            } else if h.ns <= limit {
+                limit = h.ns;
+                held = true;
             }
         }
-        limit.max(self.clock_ns)
+        (limit.max(self.clock_ns), held)
     }
 
     /// The real time the earliest honoured hold expires at (None: no hold).
@@ -370,20 +384,22 @@ impl Sched {
             .min()
     }
 
-    /// Moves the clock as far as [`Sched::horizon`] allows at real time `now`.
+    /// Moves the clock as far as [`Sched::horizon`] allows at real time `now`, and settles what
+    /// happens at the instant it stops at (kernels that start, or end with no work left, then),
+    /// unless a hold stops it there.
     pub fn advance(&mut self, now: u64) {
-        let mut target = self.horizon(now);
-        let mut guard = 0u32;
-        while self.clock_ns < target {
-            if self.step(target, now).held {
-                target = self.horizon(now);
+        for _ in 0..1_000_000 {
+            let (target, held) = self.horizon(now);
+            if held && target <= self.clock_ns {
+                return;
             }
-            guard += 1;
-            if guard > 1_000_000 {
-                // Cannot happen (every step moves the clock or ends a kernel); never spin.
-                self.clock_ns = target;
+            let r = self.step(target, now);
+            if r.ended == 0 && !r.moved {
+                return;
             }
         }
+        // Cannot happen (every step moves the clock or ends a kernel); never spin.
+        self.clock_ns = self.clock_ns.max(self.horizon(now).0);
     }
 
     /// The logical time at which entry `id` will have started or ended if nothing new is
@@ -406,7 +422,8 @@ impl Sched {
             }
             let r = copy.step(u64::MAX, u64::MAX);
             if !r.moved && r.ended == 0 {
-                return None;
+                // Nothing more happens by itself (a start at this instant is seen now).
+                return reached(&copy).flatten();
             }
         }
         None

@@ -3,7 +3,7 @@
 //! nothing is preempted this way); a kernel's rate is the share of what it fills that it got,
 //! under MPS further slowed by the other processes' SM load.
 use super::{
-    Entry, Sched, ACTIVE, COMM_WAIT, COMM_XFER, COMPUTE, DRAIN, MAX_ENTRIES, RUN, STARTED,
+    Entry, Sched, ACTIVE, COMM_WAIT, COMM_XFER, COMPUTE, DRAIN, MARK, MAX_ENTRIES, RUN, STARTED,
 };
 use crate::config::Mode;
 use crate::shm::MAX_SLOTS;
@@ -32,7 +32,10 @@ impl Sched {
                     if e.kind == COMM_WAIT && !spin {
                         return true; // it waits off the device (see Knobs::comm_spin)
                     }
-                    holder == e.slot + 1 && (phase == RUN || (phase == DRAIN && e.is(STARTED)))
+                    // A record is fed to the device while its process is resident, draining or
+                    // not (it starts no kernel).
+                    holder == e.slot + 1
+                        && (phase == RUN || (phase == DRAIN && (e.is(STARTED) || e.kind == MARK)))
                 }
             }
         };
@@ -47,9 +50,12 @@ impl Sched {
                 n += 1;
                 continue;
             }
-            // Communication kernels: no SM share; a transfer runs at full speed once begun.
+            // Communication kernels: no SM share; a transfer runs at full speed once begun. A
+            // record: done as soon as it runs.
             start(e, t);
-            if e.kind == COMM_XFER {
+            if e.kind == MARK {
+                e.rate = 1.0;
+            } else if e.kind == COMM_XFER {
                 if e.transfer_start_ns == 0 {
                     e.transfer_start_ns = e.start_ns;
                 }

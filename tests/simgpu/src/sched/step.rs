@@ -8,10 +8,8 @@ use crate::config::Mode;
 pub(crate) struct StepResult {
     /// The clock moved.
     pub moved: bool,
-    /// Kernels that ended.
+    /// Kernels that ended (one may have asked for a hold: the horizon may have come down).
     pub ended: u32,
-    /// One that ended asked for a hold (the horizon may have come down).
-    pub held: bool,
 }
 
 impl Sched {
@@ -62,12 +60,9 @@ impl Sched {
                 e.end_ns = t;
                 e.work = 0.0;
                 r.ended += 1;
-                if e.is(HOLD_AFTER) {
-                    if n_holds < holds.len() {
-                        holds[n_holds] = (e.stream_key, e.slot);
-                        n_holds += 1;
-                    }
-                    r.held = true;
+                if e.is(HOLD_AFTER) && n_holds < holds.len() {
+                    holds[n_holds] = (e.stream_key, e.slot);
+                    n_holds += 1;
                 }
             }
         }

@@ -21,6 +21,7 @@ fn kernel(slot: u32, key: u64, ns: u64, ready: u64) -> Submit {
         stream_key: key,
         comm: false,
         with_body: false,
+        mark: false,
         work_ns: ns,
         fill: 100,
         demand: 100,
@@ -247,4 +248,30 @@ fn a_dead_process_is_forgotten() {
     let t = s.submit(&kernel(0, 1, MS, 10 * MS)).unwrap();
     s.reap_slot(1);
     assert_eq!(run(&mut s, t), (10 * MS + 25 * US, 11 * MS + 25 * US));
+}
+
+#[test]
+fn a_record_takes_its_time_when_its_process_is_resident() {
+    let mut s = Sched::new(knobs(Mode::Timeslice));
+    // The side task holds the device with a short kernel when the trainer records an event.
+    let side = s.submit(&kernel(1, 2, 1_500 * US, 0)).unwrap();
+    s.advance(500 * US);
+    let rec = s
+        .submit(&Submit {
+            mark: true,
+            ..kernel(0, 1, 0, 500 * US)
+        })
+        .unwrap();
+    // The side task has held the device past a slice? No: 0.5 ms into it. The record waits for
+    // the slice's end (2 ms), the short kernel's end (1.5 ms is before) and a switch.
+    assert_eq!(run(&mut s, rec), (1_525 * US, 1_525 * US));
+    assert_eq!(run(&mut s, side).1, 1_500 * US);
+    // Alone, a record is immediate.
+    let rec = s
+        .submit(&Submit {
+            mark: true,
+            ..kernel(0, 1, 0, 3 * MS)
+        })
+        .unwrap();
+    assert_eq!(run(&mut s, rec), (3 * MS, 3 * MS));
 }
