@@ -259,9 +259,9 @@ fn execute(inner: &Inner, op: Op, ready_ns: u64, next_is_kernel: bool) -> u64 {
         Op::Kernel(k) => run_kernel(inner, k, ready_ns, !next_is_kernel).end_ns,
         Op::Record(r) => {
             let due = ready_ns.max(r.queued_ns());
-            let id = submit_as_current(inner, |more| {
-                inner.device.submit_record(inner.key, due, more)
-            });
+            // The record holds the clock at its time whatever follows it: streams waiting for it
+            // are held there once it completes (see crate::event).
+            let id = submit_as_current(inner, |_| inner.device.submit_record(inner.key, due, true));
             let ts = id.map_or(due, |id| inner.device.wait_done(id, true).end_ns);
             inner.state().exec = Exec::Busy;
             r.complete(ts);
