@@ -368,6 +368,7 @@ fn child() {
         "hop" => scenario_hop(),
         "burst" => scenario_burst(),
         "lone" => scenario_lone(),
+        "queue_depth" => scenario_queue_depth(),
         "held_off" => scenario_held_off(),
         other => panic!("unknown scenario {other}"),
     }
@@ -487,6 +488,18 @@ fn scenario_lone() {
     for i in 0..20u64 {
         d.launch(&format!("lone{i}"), 1_000_000 + i * 10_000, s);
     }
+    ok!((d.api.stream_synchronize)(s));
+}
+
+/// 10 kernels of 20 ms launched back to back; prints how long the launches took (real time).
+fn scenario_queue_depth() {
+    let d = Drv::new();
+    let s = d.stream();
+    let t0 = std::time::Instant::now();
+    for i in 0..10 {
+        d.launch(&format!("deep{i}"), 20_000_000, s);
+    }
+    println!("launch_ms={}", t0.elapsed().as_millis());
     ok!((d.api.stream_synchronize)(s));
 }
 
@@ -1029,6 +1042,32 @@ fn two_processes_with_work_share_the_device_in_time_slices() {
     );
     let after = span(find(&trace_lines(&sb.trace()), "after_death"));
     assert_eq!(after.1 - after.0, 1_000_000, "alone again: full speed");
+}
+
+#[test]
+fn a_full_launch_queue_blocks_the_host() {
+    let sb = Sandbox::new("depth");
+    let out = sb
+        .cmd("queue_depth", &[("FREERIDE_SIM_QUEUE_DEPTH", "4")])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ms: u64 = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.split("launch_ms=").nth(1))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // With 4 operations at most pending, the 10th launch waits for the 6th kernel's end: 120 ms.
+    assert!(ms >= 115, "the launches returned after {ms} ms");
+    let t = trace_lines(&sb.trace());
+    check_streams_monotonic(&t);
+    assert_eq!(t.len(), 10);
 }
 
 #[test]
