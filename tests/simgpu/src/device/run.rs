@@ -104,15 +104,17 @@ impl Device {
         loop {
             let (id, cleared) = {
                 let mut m = self.shm.model();
-                let cleared = m.clear_hold(s.stream_key);
-                (m.submit(s), cleared)
+                let had = m.has_hold(s.stream_key);
+                let id = m.submit(s);
+                (id, had && id.is_some())
             };
             if cleared {
                 self.bump(&self.shm.hold_gen);
             }
             match id {
                 Some(id) => return id,
-                // The table is full (a hundred kernels in flight on one device): wait for room.
+                // The table is full (a hundred kernels in flight on one device): wait for room,
+                // keeping the stream's hold.
                 None => {
                     self.reap();
                     std::thread::sleep(std::time::Duration::from_millis(1));

@@ -267,7 +267,7 @@ impl Sched {
     }
 
     /// Puts a kernel in the model (and clears its stream's hold, in the same step). None when the
-    /// table is full.
+    /// table is full (the hold stays).
     pub fn submit(&mut self, s: &Submit) -> Option<EntryId> {
         let index = self.entries.iter().position(|e| e.state == FREE)?;
         self.clear_hold(s.stream_key);
@@ -340,6 +340,11 @@ impl Sched {
                 used: 1,
             };
         }
+    }
+
+    /// Whether stream `key` holds the timeline.
+    pub fn has_hold(&self, key: u64) -> bool {
+        self.holds.iter().any(|h| h.used != 0 && h.key == key)
     }
 
     /// Drops stream `key`'s hold; whether it had one.
