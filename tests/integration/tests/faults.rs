@@ -321,7 +321,8 @@ fn a_sidetask_stuck_in_a_kernel_is_killed_and_the_trainer_finishes() {
     let mut job = bed.job(30);
     wait_learnt(&bed);
     // One kernel of an hour, then a synchronize that never returns: on the time-sliced simulated
-    // GPU it holds GPU 0 whole, so the trainer's stage 0 cannot run until it is gone.
+    // GPU it takes every other time slice of GPU 0, so the trainer's stage 0 runs at half speed
+    // until it is gone.
     let (mut hung, mut hung_out) = bed.prog("sidetask", &["loop", "3600000000000", "1"]);
     assert_eq!(read_line(&mut hung_out), "ready");
     // Its kernel admitted (in a grant) and on the GPU before the other task queues anything: the

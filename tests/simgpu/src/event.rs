@@ -4,16 +4,26 @@
 //! The timestamp is the stream's *logical* GPU time at that point (see [`crate::stream`]): the
 //! end of the stream's previous op, or the record's enqueue time if the stream was idle by then.
 //! Completion itself (what [`Event::query`] and [`Event::synchronize`] see) happens in real time.
+//! A stream that waits for a record is held by it: when the record completes at GPU time `ts`, it
+//! holds the waiting stream's device model at `ts` first (see [`crate::stream`]).
 use crate::abi::now_ns;
+use crate::device::Device;
 use crate::stream::{Op, Stream};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// One recording of an event: completes when its stream executes it.
 pub struct Record {
     /// When the host enqueued the record (real time).
     queued_ns: u64,
-    done_ns: Mutex<Option<u64>>,
+    state: Mutex<RecordState>,
     cv: Condvar,
+}
+
+#[derive(Default)]
+struct RecordState {
+    done_ns: Option<u64>,
+    /// Streams (device, key) blocked on this record.
+    waiters: Vec<(Arc<Device>, u64)>,
 }
 
 impl Default for Record {
@@ -27,9 +37,13 @@ impl Record {
     pub fn new() -> Record {
         Record {
             queued_ns: now_ns(),
-            done_ns: Mutex::new(None),
+            state: Mutex::new(RecordState::default()),
             cv: Condvar::new(),
         }
+    }
+
+    fn state(&self) -> MutexGuard<'_, RecordState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// When the host enqueued the record: its timestamp is never earlier.
@@ -37,22 +51,48 @@ impl Record {
         self.queued_ns
     }
 
-    /// Marks the record complete at (GPU time) `ts_ns` and wakes its waiters.
+    /// Marks the record complete at (GPU time) `ts_ns`: holds the devices of the streams waiting
+    /// for it at `ts_ns`, then wakes them and every other waiter.
     pub fn complete(&self, ts_ns: u64) {
-        *self.done_ns.lock().unwrap_or_else(|e| e.into_inner()) = Some(ts_ns);
+        let mut st = self.state();
+        st.done_ns = Some(ts_ns);
+        for (device, key) in st.waiters.drain(..) {
+            device.set_hold(key, ts_ns);
+        }
+        drop(st);
         self.cv.notify_all();
     }
 
     /// Completion timestamp, or None while pending.
     pub fn timestamp(&self) -> Option<u64> {
-        *self.done_ns.lock().unwrap_or_else(|e| e.into_inner())
+        self.state().done_ns
     }
 
     /// Blocks until complete; returns the timestamp.
     pub fn wait(&self) -> u64 {
-        let mut g = self.done_ns.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = self.state();
         loop {
-            if let Some(t) = *g {
+            if let Some(t) = g.done_ns {
+                return t;
+            }
+            g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// A stream waits for the record (`key` on `device`): if it must block, `on_block` runs
+    /// first (the stream lets go of its own hold) and the record holds the stream when it
+    /// completes. Returns the timestamp.
+    pub fn wait_holding(&self, device: &Arc<Device>, key: u64, on_block: impl FnOnce()) -> u64 {
+        let mut g = self.state();
+        if let Some(t) = g.done_ns {
+            return t;
+        }
+        // Under the record's lock: complete() cannot run between the stream letting go of its
+        // hold and registering here.
+        on_block();
+        g.waiters.push((device.clone(), key));
+        loop {
+            if let Some(t) = g.done_ns {
                 return t;
             }
             g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());

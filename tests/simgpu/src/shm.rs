@@ -2,10 +2,13 @@
 //!
 //! `$FREERIDE_SIM_DIR/gpu<N>` is a file mapped `MAP_SHARED` by every process that uses device N.
 //! It is created race-free: `O_CREAT|O_EXCL`, sized, initialized, then [`DeviceShm::magic`] is
-//! published last; everyone else waits for the magic. Every field is an atomic, so the state is
-//! only ever touched through shared references; the fields other than `magic`, `lock` and `gen`
-//! are read and written only under `lock` ([`crate::lock`]).
-use crate::arbiter::Mode;
+//! published last; everyone else waits for the magic. Every field but the model is an atomic; the
+//! fields other than `magic`, `lock` and `gen` are read and written only under `lock`
+//! ([`crate::lock`]), and the model ([`Sched`], plain memory) only through [`DeviceShm::model`],
+//! which holds the lock.
+use crate::lock::{self, ShmLockGuard};
+use crate::sched::{Knobs, Sched};
+use std::cell::UnsafeCell;
 use std::fs::OpenOptions;
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -16,12 +19,10 @@ use std::time::{Duration, Instant};
 
 /// "FRSIMGPU", published last by the creator.
 pub const MAGIC: u64 = 0x5550_474d_4953_5246;
-/// Layout version.
-pub const VERSION: u32 = 2;
+/// Layout version (3: the shared model of `crate::sched` replaced the admission tickets).
+pub const VERSION: u32 = 3;
 /// Processes that can use one device at the same time.
 pub const MAX_SLOTS: usize = 128;
-/// Compute kernels that can wait for admission on one device at the same time.
-pub const MAX_WAITERS: usize = 512;
 /// How long an opener waits for the creator to publish the state.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -29,18 +30,9 @@ const READY_TIMEOUT: Duration = Duration::from_secs(10);
 #[repr(C)]
 pub struct Slot {
     pub pid: AtomicI32,
-    /// Sum of the shares of this process's running kernels.
-    pub share_held: AtomicU32,
+    pub _pad: AtomicU32,
     /// Device memory this process has allocated, in bytes.
     pub mem_used: AtomicU64,
-}
-
-/// A compute kernel waiting for admission (`ticket == 0`: free).
-#[repr(C)]
-pub struct Waiter {
-    pub ticket: AtomicU64,
-    pub slot: AtomicU32,
-    pub share: AtomicU32,
 }
 
 /// The shared state of one simulated device.
@@ -48,23 +40,57 @@ pub struct Waiter {
 pub struct DeviceShm {
     pub magic: AtomicU64,
     pub version: AtomicU32,
-    /// [`Mode`] as u32.
+    /// [`crate::config::Mode`] as u32.
     pub mode: AtomicU32,
     pub mem_total: AtomicU64,
     /// The lock word ([`crate::lock`]).
     pub lock: AtomicU32,
-    /// Bumped (and futex-woken) whenever a share is given back or the waiters change.
+    /// Bumped (and futex-woken) when a kernel's predicted time may have come earlier.
     pub gen: AtomicU32,
-    pub next_ticket: AtomicU64,
+    /// Bumped (and futex-woken) when a hold on the model's clock went away.
+    pub hold_gen: AtomicU32,
     /// Next fake device address handed out on this device.
     pub next_addr: AtomicU64,
-    /// The logical end (GPU time, ns) of the latest-ending kernel released so far that held a
-    /// share of the device: in `timeslice` mode the compute kernels, in `mps` mode all kernels.
-    /// A kernel that needs a share starts (logically) no earlier than this; see
-    /// [`crate::stream`].
-    pub last_release_ns: AtomicU64,
     pub slots: [Slot; MAX_SLOTS],
-    pub waiters: [Waiter; MAX_WAITERS],
+    /// The device's model ([`crate::sched`]); only through [`DeviceShm::model`].
+    sched: UnsafeCell<Sched>,
+}
+
+/// The model of a device, locked: the device lock is held while it lives.
+pub struct ModelGuard<'a> {
+    _lock: ShmLockGuard<'a>,
+    sched: *mut Sched,
+}
+
+impl std::ops::Deref for ModelGuard<'_> {
+    type Target = Sched;
+    fn deref(&self) -> &Sched {
+        // SAFETY: the pointer is into the live mapping the guard borrows, and the device lock
+        // (held by `_lock`) gives this guard the only access to the model in any process.
+        unsafe { &*self.sched }
+    }
+}
+
+impl std::ops::DerefMut for ModelGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Sched {
+        // SAFETY: as in deref; `&mut self` makes this the only reference through the guard.
+        unsafe { &mut *self.sched }
+    }
+}
+
+impl DeviceShm {
+    /// Locks the device and gives its model.
+    pub fn model(&self) -> ModelGuard<'_> {
+        ModelGuard {
+            _lock: lock::lock(&self.lock),
+            sched: self.sched.get(),
+        }
+    }
+
+    /// Locks the device without the model (slots, memory).
+    pub fn lock(&self) -> ShmLockGuard<'_> {
+        lock::lock(&self.lock)
+    }
 }
 
 /// A mapping of a [`DeviceShm`].
@@ -73,7 +99,8 @@ pub struct ShmMap {
     len: usize,
 }
 
-// SAFETY: the mapping is only accessed through atomics (every field of DeviceShm is one).
+// SAFETY: the mapping is only accessed through atomics, except the model, which is only accessed
+// under the process-shared device lock (DeviceShm::model).
 unsafe impl Send for ShmMap {}
 // SAFETY: as above.
 unsafe impl Sync for ShmMap {}
@@ -82,7 +109,8 @@ impl std::ops::Deref for ShmMap {
     type Target = DeviceShm;
     fn deref(&self) -> &DeviceShm {
         // SAFETY: ptr is a live MAP_SHARED mapping of at least size_of::<DeviceShm>() bytes that
-        // stays mapped until drop; all-zero bytes are a valid DeviceShm (atomics of 0).
+        // stays mapped until drop; all-zero bytes are a valid DeviceShm (atomics of 0, a zeroed
+        // model).
         unsafe { &*self.ptr }
     }
 }
@@ -131,11 +159,11 @@ pub fn ensure_dir(dir: &Path) -> io::Result<()> {
     }
 }
 
-/// Opens the state at `path`, creating and initializing it (with `mode` and `mem_total`) if this
+/// Opens the state at `path`, creating and initializing it (with `knobs` and `mem_total`) if this
 /// process is first.
 pub fn open_or_create(
     path: &Path,
-    mode: Mode,
+    knobs: Knobs,
     mem_total: u64,
     addr_base: u64,
 ) -> io::Result<ShmMap> {
@@ -151,10 +179,10 @@ pub fn open_or_create(
             file.set_len(len as u64)?;
             let m = map(&file, len)?;
             m.version.store(VERSION, Ordering::Relaxed);
-            m.mode.store(mode as u32, Ordering::Relaxed);
+            m.mode.store(knobs.mode, Ordering::Relaxed);
             m.mem_total.store(mem_total, Ordering::Relaxed);
-            m.next_ticket.store(1, Ordering::Relaxed);
             m.next_addr.store(addr_base, Ordering::Relaxed);
+            m.model().knobs = knobs;
             m.magic.store(MAGIC, Ordering::Release);
             Ok(m)
         }

@@ -1,37 +1,41 @@
 //! Streams: an in-order queue of operations per stream, run by the stream's own executor thread.
 //!
-//! A kernel op is executed as: admission by the device ([`Device::admit`]), then running for its
-//! duration (real time, `clock_nanosleep` to an absolute deadline) or, for a communication kernel,
-//! calling its [`DeviceWork`]'s `run`; then release, then its ground-truth line.
+//! A kernel op is executed as: submission to the device's model ([`Device::submit`]), for a
+//! communication kernel its [`DeviceWork`] body once it has started, the wait for its end
+//! ([`Device::wait_done`]), then its ground-truth line. How the device is shared is the model's
+//! business ([`crate::sched`]).
 //!
 //! # Logical GPU time
 //! An executor thread wakes tens to hundreds of microseconds late on a busy machine (after an
-//! enqueue, a cross-stream wait, an admission). A real GPU does not, so the simulated GPU keeps a
-//! *logical* timeline that such latency does not show in, while kernels still take real time:
-//! * Each stream has `ready_ns`: the GPU time at which its previous op finished.
-//! * A kernel starts at max(`ready_ns`, its enqueue time `queued_ns`, the device's
-//!   [`Admission::not_before_ns`]): the logical end of the latest kernel released before its
-//!   admission that held a share of the device (`timeslice`: compute kernels only, so compute
-//!   kernels never overlap; `mps`: every kernel, a conservative bound that keeps the shares of
-//!   logically overlapping kernels within 100%). Each of these is at most the real time of the
-//!   admission, so a kernel never starts in the future.
-//! * A plain kernel ends at start + its run time: the executor sleeps until then (absolute
-//!   deadline; if the thread woke so late that this has passed, it does not sleep and the kernel
-//!   still ends at start + run time). A communication kernel with a [`DeviceWork`] ends at
-//!   max(real time after `run` returns, start): its waiting (NCCL's) is real time.
-//! * An event record completes with timestamp max(`ready_ns`, the record's enqueue time); a
-//!   cross-stream wait ([`Op::Wait`]) moves `ready_ns` up to the awaited record's timestamp; a host
-//!   op ([`Op::Host`]) moves it up to the real time after it ran.
+//! enqueue, a cross-stream wait, the end of a kernel). A real GPU does not, so the simulated GPU
+//! keeps a *logical* timeline that such latency does not show in, while kernels still take real
+//! time:
+//! * Each stream has `ready_ns`: the GPU time at which its previous op finished. A kernel is
+//!   eligible at max(`ready_ns`, its enqueue time `queued_ns`); the model runs it from then on as
+//!   the device allows, and the executor sleeps until the model says it has ended.
+//! * So that the model does not run ahead of a stream whose thread is late, the stream *holds*
+//!   the model's clock while it has an op to submit: at its kernel's end when more is queued
+//!   (`hold_after`), at the enqueue time when the host enqueues onto an idle stream, at a
+//!   record's time when that record releases a stream that waited for it. Submitting (or going
+//!   idle, or blocking on a record) lets go. A hold is honoured for a bounded real time only.
+//! * An event record completes with timestamp max(`ready_ns`, the record's enqueue time), or
+//!   under time-slicing the first instant after that at which its process is resident (a real
+//!   GPU executes a record only while its context is scheduled); a cross-stream wait
+//!   ([`Op::Wait`]) moves `ready_ns` up to the awaited record's timestamp; a host op
+//!   ([`Op::Host`]) takes no GPU time.
 //!
 //! The truth lines carry these logical times. Completion (synchronize, query) is real time.
 //!
-//! [`Admission::not_before_ns`]: crate::device::Admission::not_before_ns
-use crate::abi::{now_ns, DeviceWork};
-use crate::arbiter;
-use crate::device::Device;
+//! # Launch queue
+//! A stream holds at most [`crate::config::queue_depth`] ops that are not done; an enqueue beyond
+//! it blocks the host until ops complete, as CUDA's launch queue does.
+use crate::abi::{now_ns, CommKernel, DeviceWork};
+use crate::device::{Device, KernelRun, Timing};
 use crate::event::Record;
+use crate::sched::EntryId;
 use crate::trace::{self, TruthLine};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// The body of a communication kernel, owned by the op from launch on.
@@ -46,8 +50,11 @@ pub struct KernelOp {
     pub name: Arc<str>,
     /// A communication kernel (name starting with `nccl`).
     pub comm: bool,
-    /// Run time on a full device, in nanoseconds (ignored for a comm kernel with `work`).
+    /// Run time on the SMs it fills, in nanoseconds (for a comm kernel without `work`: its
+    /// transfer time; ignored for one with `work`).
     pub duration_ns: u64,
+    /// Percent of the device's SMs it fills (1..=100).
+    pub fill: u32,
     pub work: Option<Work>,
     /// The driver entry point that queued it (for the ground truth).
     pub api: &'static str,
@@ -69,15 +76,32 @@ pub enum Op {
     Host(Box<dyn FnOnce() + Send>),
 }
 
+/// What the executor is doing (decides who holds the model's clock for the stream).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Exec {
+    /// Waiting for ops: nothing queued.
+    Idle,
+    /// Running a kernel (or a record) in the model; whether it holds the clock at its end.
+    Kernel(EntryId, bool),
+    /// Waiting for a record: whoever completes it holds the clock for this stream.
+    Blocked,
+    /// Between ops.
+    Busy,
+}
+
 struct State {
     queue: VecDeque<Op>,
     enqueued: u64,
     completed: u64,
     closing: bool,
+    exec: Exec,
 }
 
 struct Inner {
     device: Arc<Device>,
+    /// Names the stream in the device's model (unique across processes).
+    key: u64,
+    depth: usize,
     state: Mutex<State>,
     cv: Condvar,
 }
@@ -95,16 +119,26 @@ pub struct Stream {
     inner: Arc<Inner>,
 }
 
+fn new_key() -> u64 {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() } as u64;
+    (pid << 32) | u64::from(NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
 impl Stream {
     /// A new stream on `device` with its executor thread.
     pub fn new(device: Arc<Device>) -> std::io::Result<Stream> {
         let inner = Arc::new(Inner {
             device,
+            key: new_key(),
+            depth: crate::config::queue_depth(),
             state: Mutex::new(State {
                 queue: VecDeque::new(),
                 enqueued: 0,
                 completed: 0,
                 closing: false,
+                exec: Exec::Idle,
             }),
             cv: Condvar::new(),
         });
@@ -125,13 +159,34 @@ impl Stream {
         &self.inner.device
     }
 
-    /// Appends `ops` (contiguously, in order) to the stream. Returns the sequence number of the
-    /// last op (see [`Stream::wait_for`]).
+    /// Appends `ops` (contiguously, in order) to the stream, first waiting while the stream's
+    /// launch queue is full. Returns the sequence number of the last op (see
+    /// [`Stream::wait_for`]).
     pub fn enqueue(&self, ops: Vec<Op>) -> u64 {
-        let mut st = self.inner.state();
+        let inner = &self.inner;
+        let mut st = inner.state();
+        while (st.enqueued - st.completed) as usize >= inner.depth && !st.closing {
+            st = inner.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        let was_empty = st.queue.is_empty();
         st.enqueued += ops.len() as u64;
         st.queue.extend(ops);
-        self.inner.cv.notify_all();
+        if was_empty {
+            // Hold the model's clock until the executor has submitted what comes next.
+            match st.exec {
+                Exec::Idle => {
+                    st.exec = Exec::Busy;
+                    inner.device.set_hold(inner.key, now_ns());
+                }
+                Exec::Kernel(id, false) => {
+                    st.exec = Exec::Kernel(id, true);
+                    inner.device.hold_after(id, inner.key);
+                }
+                Exec::Busy => inner.device.set_hold(inner.key, now_ns()),
+                Exec::Kernel(_, true) | Exec::Blocked => {}
+            }
+        }
+        inner.cv.notify_all();
         st.enqueued
     }
 
@@ -178,7 +233,12 @@ fn executor(inner: Arc<Inner>) {
             let mut st = inner.state();
             loop {
                 if let Some(op) = st.queue.pop_front() {
+                    st.exec = Exec::Busy;
                     break (op, matches!(st.queue.front(), Some(Op::Kernel(_))));
+                }
+                if st.exec != Exec::Idle {
+                    st.exec = Exec::Idle;
+                    inner.device.clear_hold(inner.key);
                 }
                 if st.closing {
                     return;
@@ -186,7 +246,7 @@ fn executor(inner: Arc<Inner>) {
                 st = inner.cv.wait(st).unwrap_or_else(|e| e.into_inner());
             }
         };
-        ready_ns = execute(&inner.device, op, ready_ns, next_is_kernel);
+        ready_ns = execute(&inner, op, ready_ns, next_is_kernel);
         inner.state().completed += 1;
         inner.cv.notify_all();
     }
@@ -194,54 +254,81 @@ fn executor(inner: Arc<Inner>) {
 
 /// Executes `op` on a stream whose logical time is `ready_ns`; returns the stream's logical time
 /// after it (never earlier than `ready_ns`). `next_is_kernel`: see [`run_kernel`].
-fn execute(device: &Device, op: Op, ready_ns: u64, next_is_kernel: bool) -> u64 {
+fn execute(inner: &Inner, op: Op, ready_ns: u64, next_is_kernel: bool) -> u64 {
     match op {
-        Op::Kernel(k) => run_kernel(device, k, ready_ns, !next_is_kernel).1,
+        Op::Kernel(k) => run_kernel(inner, k, ready_ns, !next_is_kernel).end_ns,
         Op::Record(r) => {
-            let ts = ready_ns.max(r.queued_ns());
+            let due = ready_ns.max(r.queued_ns());
+            // The record holds the clock at its time whatever follows it: streams waiting for it
+            // are held there once it completes (see crate::event).
+            let id = submit_as_current(inner, |_| inner.device.submit_record(inner.key, due, true));
+            let ts = id.map_or(due, |id| inner.device.wait_done(id, true).end_ns);
+            inner.state().exec = Exec::Busy;
             r.complete(ts);
             ts
         }
-        Op::Wait(r) => ready_ns.max(r.wait()),
+        Op::Wait(r) => {
+            let ts = r.wait_holding(&inner.device, inner.key, || {
+                inner.state().exec = Exec::Blocked;
+                inner.device.clear_hold(inner.key);
+            });
+            inner.state().exec = Exec::Busy;
+            ready_ns.max(ts)
+        }
         Op::Host(f) => {
             f();
-            ready_ns.max(now_ns())
+            ready_ns
         }
     }
 }
 
-/// Runs one kernel on `device` (blocking the calling executor thread) on a stream whose logical
-/// time is `ready_ns`, and writes its truth line. Returns the kernel's logical `(start, end)`
-/// (see the module docs). `on_time`: end it on time in real time too (sleep, then spin the last
+/// Submits an entry with `submit(more)` (`more`: the stream has more queued) as the executor's
+/// current one, under the stream's lock, so that a host enqueue meanwhile sees it (see
+/// [`Stream::enqueue`]).
+fn submit_as_current(
+    inner: &Inner,
+    submit: impl FnOnce(bool) -> Option<EntryId>,
+) -> Option<EntryId> {
+    let mut st = inner.state();
+    let more = !st.queue.is_empty();
+    let id = submit(more);
+    if let Some(id) = id {
+        st.exec = Exec::Kernel(id, more);
+    }
+    id
+}
+
+/// Runs one kernel (blocking the executor thread) on a stream whose logical time is `ready_ns`,
+/// and writes its truth line. `on_time`: end it on time in real time too (spin the last
 /// [`crate::device::SPIN_FINISH_NS`]), as when the host may be waiting for it; otherwise sleep
 /// only (the executor may wake late: the next kernel of the stream still starts at this one's
 /// logical end), which spares the CPU the test bed shares with everything else.
-pub fn run_kernel(device: &Device, k: KernelOp, ready_ns: u64, on_time: bool) -> (u64, u64) {
-    let adm = device.admit(k.comm);
-    let start_ns = ready_ns.max(k.queued_ns).max(adm.not_before_ns);
-    let end_ns = match k.work {
-        Some(Work(w)) => {
-            // SAFETY: by the kernel ABI `run` is a valid function taking ownership of `ctx`; it is
-            // called exactly once (the Work is consumed here).
-            unsafe { (w.run)(w.ctx) };
-            now_ns().max(start_ns)
-        }
-        None => {
-            let ns = if k.comm {
-                k.duration_ns
-            } else {
-                arbiter::run_time_ns(device.mode(), k.duration_ns, adm.share)
-            };
-            let end_ns = start_ns.saturating_add(ns);
-            if on_time {
-                Device::sleep_until(end_ns);
-            } else {
-                Device::sleep_until_late(end_ns);
-            }
-            end_ns
-        }
-    };
-    device.release(adm, end_ns);
+fn run_kernel(inner: &Inner, k: KernelOp, ready_ns: u64, on_time: bool) -> Timing {
+    let device = &inner.device;
+    let id = submit_as_current(inner, |more| {
+        Some(device.submit(&KernelRun {
+            stream_key: inner.key,
+            comm: k.comm,
+            with_body: k.work.is_some(),
+            duration_ns: k.duration_ns,
+            fill: k.fill,
+            ready_ns: ready_ns.max(k.queued_ns),
+            hold_after: more,
+        }))
+    })
+    .expect("a kernel is always submitted");
+    if let Some(Work(w)) = k.work {
+        let mut ck = CommKernel {
+            start_ns: device.wait_started(id),
+            ..CommKernel::default()
+        };
+        // SAFETY: by the kernel ABI `run` is a valid function taking ownership of `ctx`; it is
+        // called exactly once (the Work is consumed here) with a CommKernel we own.
+        unsafe { (w.run)(w.ctx, &mut ck) };
+        device.report_transfer(id, ck.transfer_start_ns.max(ck.start_ns), ck.transfer_ns);
+    }
+    let t = device.wait_done(id, on_time);
+    inner.state().exec = Exec::Busy;
     trace::write(&TruthLine {
         device: device.id(),
         // SAFETY: getpid has no preconditions.
@@ -252,8 +339,9 @@ pub fn run_kernel(device: &Device, k: KernelOp, ready_ns: u64, on_time: bool) ->
         api: k.api,
         graph: k.graph,
         queued_ns: k.queued_ns,
-        start_ns,
-        end_ns,
+        start_ns: t.start_ns,
+        end_ns: t.end_ns,
+        transfer_start_ns: k.comm.then_some(t.transfer_start_ns),
     });
-    (start_ns, end_ns)
+    t
 }

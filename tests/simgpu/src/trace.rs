@@ -18,6 +18,9 @@ pub struct TruthLine<'a> {
     pub queued_ns: u64,
     pub start_ns: u64,
     pub end_ns: u64,
+    /// Communication kernels: when the transfer began (before it, the kernel waited for its
+    /// peers; from it to `end_ns` it transferred).
+    pub transfer_start_ns: Option<u64>,
 }
 
 /// Escapes `s` for a JSON string body.
@@ -41,7 +44,7 @@ impl TruthLine<'_> {
     /// The line, newline included, in the format of TESTBED.md.
     pub fn to_json(&self) -> String {
         format!(
-            "{{\"device\":{},\"bus_id\":\"{}\",\"pid\":{},\"stream\":{},\"kernel\":\"{}\",\"kind\":\"{}\",\"api\":\"{}\",\"graph\":{},\"queued_ns\":{},\"start_ns\":{},\"end_ns\":{}}}\n",
+            "{{\"device\":{},\"bus_id\":\"{}\",\"pid\":{},\"stream\":{},\"kernel\":\"{}\",\"kind\":\"{}\",\"api\":\"{}\",\"graph\":{},\"queued_ns\":{},\"start_ns\":{},\"end_ns\":{}{}}}\n",
             self.device,
             crate::identity::pci_bus_id(self.device),
             self.pid,
@@ -52,7 +55,11 @@ impl TruthLine<'_> {
             self.graph,
             self.queued_ns,
             self.start_ns,
-            self.end_ns
+            self.end_ns,
+            match self.transfer_start_ns {
+                Some(t) => format!(",\"transfer_start_ns\":{t}"),
+                None => String::new(),
+            }
         )
     }
 }
@@ -97,10 +104,20 @@ mod tests {
             queued_ns: 1,
             start_ns: 2,
             end_ns: 3,
+            transfer_start_ns: None,
         };
         assert_eq!(
             l.to_json(),
             "{\"device\":1,\"bus_id\":\"0000:11:00.0\",\"pid\":42,\"stream\":0,\"kernel\":\"fwd\\\"x\",\"kind\":\"compute\",\"api\":\"cuLaunchKernel\",\"graph\":false,\"queued_ns\":1,\"start_ns\":2,\"end_ns\":3}\n"
         );
+        let c = TruthLine {
+            kernel: "ncclDevKernel_SendRecv",
+            comm: true,
+            transfer_start_ns: Some(2),
+            ..l
+        };
+        assert!(c
+            .to_json()
+            .ends_with("\"start_ns\":2,\"end_ns\":3,\"transfer_start_ns\":2}\n"));
     }
 }

@@ -6,7 +6,11 @@
 //! point (hooked `dlsym` / `cuGetProcAddress`).
 //!
 //! Cost model: **the stand-in BLAS does 1000 multiply-adds per ns**: a GEMM of shape m x n x k runs
-//! for `m*n*k / 1000` ns (integer division) on the simulated GPU.
+//! for `m*n*k / 1000` ns (integer division) on the simulated GPU, and fills as much of the device
+//! as its output tiles cover: one thread block per 128 x 128 tile of the m x n result, on an H200's
+//! 132 SMs (`gemm_fill`; at least 1 %, at most all of it), passed in the kernel word's fill byte
+//! (`simgpu::abi::kernel_word`). A small GEMM beside a big kernel of another stream or process
+//! then takes only the SMs it can use.
 // The exported functions are C entry points: the validity of the pointers they receive is the C
 // caller's contract (as with the real library), stated at each dereference.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
@@ -35,6 +39,17 @@ pub const MACS_PER_NS: u128 = 1000;
 /// Kernel time of an m x n x k GEMM, ns.
 pub fn gemm_ns(m: c_int, n: c_int, k: c_int) -> u64 {
     (m.max(0) as u128 * n.max(0) as u128 * k.max(0) as u128 / MACS_PER_NS) as u64
+}
+
+/// Output tile of one thread block.
+pub const TILE: u64 = 128;
+/// SMs of the device the fill is counted on (an H200).
+pub const SMS: u64 = 132;
+
+/// Percent of the device an m x n result fills: a block per tile, a block per SM.
+pub fn gemm_fill(m: c_int, n: c_int) -> u32 {
+    let blocks = (m.max(1) as u64).div_ceil(TILE) * (n.max(1) as u64).div_ceil(TILE);
+    (blocks.saturating_mul(100).div_ceil(SMS)).clamp(1, 100) as u32
 }
 
 fn guard(f: impl FnOnce() -> Status) -> Status {
@@ -121,15 +136,16 @@ fn gemm(h: *mut Handle, which: GemmKernel, m: c_int, n: c_int, k: c_int) -> Stat
         let Some(drv) = driver::get() else {
             return NOT_INITIALIZED;
         };
-        match launch(drv, h, which, gemm_ns(m, n, k)) {
+        let word = simgpu::abi::kernel_word(gemm_ns(m, n, k), gemm_fill(m, n));
+        match launch(drv, h, which, word) {
             0 => SUCCESS,
             _ => EXECUTION_FAILED,
         }
     })
 }
 
-fn launch(drv: &Driver, h: &Handle, which: GemmKernel, ns: u64) -> c_int {
-    let mut dur = ns;
+fn launch(drv: &Driver, h: &Handle, which: GemmKernel, word: u64) -> c_int {
+    let mut dur = word;
     let mut params: [*mut c_void; 1] = [(&mut dur as *mut u64).cast()];
     let config = driver::LaunchConfig {
         grid_dim_x: 132,
@@ -211,5 +227,10 @@ mod tests {
         assert_eq!(super::gemm_ns(1000, 1000, 1000), 1_000_000);
         assert_eq!(super::gemm_ns(2_500_000, 1, 1000), 2_500_000);
         assert_eq!(super::gemm_ns(-1, 1, 1), 0);
+        // 132 tiles or more fill the device; one tile fills one SM of 132.
+        assert_eq!(super::gemm_fill(128 * 12, 128 * 11), 100);
+        assert_eq!(super::gemm_fill(5_000_000, 1), 100);
+        assert_eq!(super::gemm_fill(100, 100), 1);
+        assert_eq!(super::gemm_fill(1024, 1024), 49);
     }
 }

@@ -1,5 +1,4 @@
-//! Waiting across processes: futex on shared-memory words (no FUTEX_PRIVATE_FLAG) and absolute
-//! sleeps on CLOCK_MONOTONIC.
+//! Waiting across processes: futex on shared-memory words (no FUTEX_PRIVATE_FLAG).
 use std::sync::atomic::AtomicU32;
 
 /// Blocks while `*word == expected`, at most `timeout_ns`; spurious returns are fine.
@@ -36,28 +35,6 @@ pub fn futex_wake_all(word: &AtomicU32) {
             0usize,
             0u32,
         );
-    }
-}
-
-/// Sleeps until CLOCK_MONOTONIC reaches `t_ns` (returns at once when it already has).
-pub fn sleep_until(t_ns: u64) {
-    let ts = libc::timespec {
-        tv_sec: (t_ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (t_ns % 1_000_000_000) as libc::c_long,
-    };
-    loop {
-        // SAFETY: `ts` is a valid timespec; the remainder pointer may be NULL with TIMER_ABSTIME.
-        let r = unsafe {
-            libc::clock_nanosleep(
-                libc::CLOCK_MONOTONIC,
-                libc::TIMER_ABSTIME,
-                &ts,
-                std::ptr::null_mut(),
-            )
-        };
-        if r != libc::EINTR {
-            return;
-        }
     }
 }
 

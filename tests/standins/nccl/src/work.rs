@@ -1,16 +1,21 @@
-//! What NCCL's kernels do on the simulated GPU (`simgpu::abi::DeviceWork::run`, on the stream's
-//! thread): post sends, wait for receives and collective peers, and end at the modelled time.
+//! What NCCL's kernels do on the simulated GPU (`simgpu::abi::DeviceWork::run`, version 2, on
+//! the stream's thread once the kernel has started): post sends, wait (in real time) for receives
+//! and collective peers, and tell the GPU when the transfer begins and how long it takes
+//! (`simgpu::abi::CommKernel`); the GPU ends the kernel (after the transfer has had its time on
+//! the device, which under time-slicing needs this process resident).
 //!
-//! * Send: posts (start time, bytes) in the channel's slot for its sequence number; ends at start
-//!   + transfer time (eager).
-//! * Receive: ends at max(its start, matching send's start + transfer time).
-//! * A group kernel posts all its sends first, then waits for its receives; it ends when the last
-//!   of its ops would.
-//! * Collective: ends at max(all ranks' starts) + transfer time of 2(n-1)/n x bytes.
+//! * Send: posts (start time, bytes) in the channel's slot for its sequence number; transfers
+//!   from its start for the transfer time (eager).
+//! * Receive: transfers from max(its start, matching send's start) until max(its start, matching
+//!   send's start + transfer time): 0 when the data was there before it started.
+//! * A group kernel posts all its sends first, then waits for its receives; its transfer begins
+//!   when the last of its receives' data began to arrive (at its start if it has none) and lasts
+//!   until the last of its ops would end.
+//! * Collective: transfers from max(all ranks' starts) for the transfer time of 2(n-1)/n x bytes.
 use crate::shm::{Mapping, P2P_SLOTS};
-use crate::sync::{futex_wait, futex_wake_all, process_dead, sleep_until};
+use crate::sync::{futex_wait, futex_wake_all, process_dead};
 use crate::types::*;
-use simgpu::abi::now_ns;
+use simgpu::abi::{now_ns, CommKernel};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -108,20 +113,26 @@ pub enum Work {
     },
 }
 
-/// `DeviceWork.run`: takes ownership of the boxed [`Work`].
-pub unsafe extern "C" fn run(ctx: *mut c_void) {
-    if ctx.is_null() {
+/// `DeviceWork.run` (version 2): takes ownership of the boxed [`Work`]; answers in `kernel`.
+pub unsafe extern "C" fn run(ctx: *mut c_void, kernel: *mut CommKernel) {
+    if ctx.is_null() || kernel.is_null() {
         return;
     }
     // SAFETY: ctx is the Box<Work> leaked by the launch; run is called exactly once.
     let work = unsafe { Box::from_raw(ctx as *mut Work) };
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work.execute()));
+    // SAFETY: the simulated GPU passes a valid CommKernel it owns for the duration of the call.
+    let k = unsafe { &mut *kernel };
+    let t0 = k.start_ns;
+    let (from, end) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work.execute(t0)))
+        .unwrap_or((t0, t0));
+    k.transfer_start_ns = from.max(t0);
+    k.transfer_ns = end.saturating_sub(k.transfer_start_ns);
 }
 
 impl Work {
-    fn execute(&self) {
-        let t0 = now_ns();
-        let end = match self {
+    /// (transfer start, end as if the process stayed resident) of the kernel started at `t0`.
+    fn execute(&self, t0: u64) -> (u64, u64) {
+        match self {
             Work::P2p(ops) => {
                 let mut end = t0;
                 for (comm, op) in ops {
@@ -132,25 +143,28 @@ impl Work {
                         }
                     }
                 }
+                let mut from = t0;
                 for (comm, op) in ops {
                     if let P2p::Recv { peer, seq } = op {
                         match wait_recv(comm, *peer, *seq, t0) {
-                            Ok(e) => end = end.max(e),
+                            Ok((f, e)) => {
+                                from = from.max(f);
+                                end = end.max(e);
+                            }
                             Err(e) => comm.fail(e),
                         }
                     }
                 }
-                end
+                (from, end)
             }
             Work::Coll { comm, seq, bytes } => match collective(comm, *seq, *bytes, t0) {
-                Ok(e) => e,
+                Ok(fe) => fe,
                 Err(e) => {
                     comm.fail(e);
-                    t0
+                    (t0, t0)
                 }
             },
-        };
-        sleep_until(end);
+        }
     }
 }
 
@@ -175,7 +189,8 @@ fn post_send(
     Ok(t0 + transfer_ns(bytes))
 }
 
-fn wait_recv(comm: &CommShared, peer: usize, seq: u64, t0: u64) -> Result<u64, NcclResult> {
+/// (transfer start, end) of a receive started at `t0`.
+fn wait_recv(comm: &CommShared, peer: usize, seq: u64, t0: u64) -> Result<(u64, u64), NcclResult> {
     let ch = comm.map.channel(peer, comm.rank);
     let slot = &ch.slots[seq as usize % P2P_SLOTS];
     comm.wait(&ch.posted, &[peer], || {
@@ -185,10 +200,11 @@ fn wait_recv(comm: &CommShared, peer: usize, seq: u64, t0: u64) -> Result<u64, N
     let bytes = slot.bytes.load(Ordering::Relaxed);
     ch.consumed.fetch_add(1, Ordering::AcqRel);
     futex_wake_all(&ch.consumed);
-    Ok(t0.max(start + transfer_ns(bytes)))
+    Ok((t0.max(start), t0.max(start + transfer_ns(bytes))))
 }
 
-fn collective(comm: &CommShared, seq: u64, bytes: u64, t0: u64) -> Result<u64, NcclResult> {
+/// (transfer start, end) of a collective whose rank here started at `t0`.
+fn collective(comm: &CommShared, seq: u64, bytes: u64, t0: u64) -> Result<(u64, u64), NcclResult> {
     let n = comm.map.nranks();
     let (head, slots) = comm.map.coll(seq);
     let mine = &slots[comm.rank];
@@ -211,7 +227,7 @@ fn collective(comm: &CommShared, seq: u64, bytes: u64, t0: u64) -> Result<u64, N
     } else {
         0
     };
-    Ok(latest + if n > 1 { transfer_ns(moved) } else { 0 })
+    Ok((latest, latest + if n > 1 { transfer_ns(moved) } else { 0 }))
 }
 
 #[cfg(test)]
@@ -257,10 +273,17 @@ mod tests {
         let t0 = now_ns();
         // 1 MB at the default 100 ps/byte: 100 µs.
         assert_eq!(post_send(&c[0], 1, 0, 1_000_000, t0).unwrap(), t0 + 100_000);
-        assert_eq!(wait_recv(&c[1], 0, 0, t0 - 5).unwrap(), t0 + 100_000);
+        assert_eq!(
+            wait_recv(&c[1], 0, 0, t0 - 5).unwrap(),
+            (t0, t0 + 100_000),
+            "the receive transfers from the send's start"
+        );
         // A receive that starts after the data arrived ends at its start.
         post_send(&c[0], 1, 1, 1_000_000, t0).unwrap();
-        assert_eq!(wait_recv(&c[1], 0, 1, t0 + 300_000).unwrap(), t0 + 300_000);
+        assert_eq!(
+            wait_recv(&c[1], 0, 1, t0 + 300_000).unwrap(),
+            (t0 + 300_000, t0 + 300_000)
+        );
         assert_eq!(c[1].map.channel(0, 1).consumed.load(Ordering::Acquire), 2);
     }
 
@@ -274,9 +297,9 @@ mod tests {
             post_send(&c0, 1, 0, 4, t).unwrap();
             t
         });
-        let end = wait_recv(&c[1], 0, 0, now_ns()).unwrap();
+        let (from, end) = wait_recv(&c[1], 0, 0, now_ns()).unwrap();
         let sent = sender.join().unwrap();
-        assert_eq!(end, sent); // 4 bytes: 0.4 ns, rounded down
+        assert_eq!((from, end), (sent, sent)); // 4 bytes: 0.4 ns, rounded down
     }
 
     #[test]
@@ -295,8 +318,36 @@ mod tests {
             .collect();
         // 2(n-1)/n x 3 MB = 4 MB at 100 ps/byte: 400 µs after the latest start.
         for h in handles {
-            assert_eq!(h.join().unwrap(), t0 + 2000 + 400_000);
+            assert_eq!(h.join().unwrap(), (t0 + 2000, t0 + 2000 + 400_000));
         }
+    }
+
+    #[test]
+    fn the_body_answers_when_its_transfer_begins_and_how_long_it_takes() {
+        let c = ranks(2, "body");
+        let t0 = now_ns();
+        let send = Work::P2p(vec![(
+            c[0].clone(),
+            P2p::Send {
+                peer: 1,
+                seq: 0,
+                bytes: 1_000_000,
+            },
+        )]);
+        let recv = Work::P2p(vec![(c[1].clone(), P2p::Recv { peer: 0, seq: 0 })]);
+        let answer = |w: Work, start_ns| {
+            let mut k = CommKernel {
+                start_ns,
+                ..CommKernel::default()
+            };
+            // SAFETY: a leaked Box<Work> and a CommKernel we own, as the simulated GPU passes.
+            unsafe { run(Box::into_raw(Box::new(w)).cast(), &mut k) };
+            k
+        };
+        let s = answer(send, t0);
+        assert_eq!((s.transfer_start_ns, s.transfer_ns), (t0, 100_000));
+        let r = answer(recv, t0 + 30_000);
+        assert_eq!((r.transfer_start_ns, r.transfer_ns), (t0 + 30_000, 70_000));
     }
 
     #[test]

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 struct Node {
     func: Arc<Function>,
     duration_ns: u64,
+    fill: u32,
     work: Option<DeviceWork>,
 }
 
@@ -66,12 +67,17 @@ fn add_kernel_node(
         .get(hgraph as usize)
         .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
     let func = function(f)?;
-    let KernelArgs { duration_ns, work } = read_args(&func, params)?;
+    let KernelArgs {
+        duration_ns,
+        fill,
+        work,
+    } = read_args(&func, params)?;
     let mut nodes = graph.nodes.lock().unwrap_or_else(|e| e.into_inner());
     let index = nodes.len();
     nodes.push(Node {
         func,
         duration_ns,
+        fill,
         work,
     });
     let h = NODES.insert(Arc::new(NodeHandle {
@@ -127,6 +133,7 @@ fn instantiate(phexec: *mut CUgraphExec, hgraph: CUgraph) -> CuResult {
         .map(|n| Node {
             func: n.func.clone(),
             duration_ns: n.duration_ns,
+            fill: n.fill,
             work: n.work.take(),
         })
         .collect();
@@ -182,6 +189,7 @@ pub unsafe extern "C" fn cuGraphLaunch(hexec: CUgraphExec, hstream: CUstream) ->
             .map(|n| {
                 let args = KernelArgs {
                     duration_ns: n.duration_ns,
+                    fill: n.fill,
                     work: n.work.take(),
                 };
                 Op::Kernel(kernel_op(&n.func, args, "cuGraphLaunch", true, hstream))

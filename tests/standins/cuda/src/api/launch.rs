@@ -1,10 +1,10 @@
 //! Kernel launches: the parameters are read at launch time (abi.rs) and the kernel is queued on
-//! its stream.
+//! its stream (which may block the host while the stream's launch queue is full).
 use super::module::{function, Function};
 use crate::guard::{guard, read, CuResult};
 use crate::state;
 use crate::types::*;
-use simgpu::abi::{DeviceWork, DEFAULT_KERNEL_NS, DEVICE_WORK_MAGIC};
+use simgpu::abi::{decode_kernel_word, DeviceWork, DEFAULT_KERNEL_NS, DEVICE_WORK_MAGIC};
 use simgpu::stream::Work;
 use simgpu::{KernelOp, Op};
 use std::ffi::c_void;
@@ -13,26 +13,30 @@ use std::sync::Arc;
 /// A kernel's parameters as the simulated GPU needs them.
 pub struct KernelArgs {
     pub duration_ns: u64,
+    /// Percent of the device's SMs it fills.
+    pub fill: u32,
     pub work: Option<DeviceWork>,
 }
 
-/// Reads `kernelParams` per the kernel ABI: `[0]` -> u64 ns; for a comm kernel `[1]` -> DeviceWork.
+/// Reads `kernelParams` per the kernel ABI: `[0]` -> the u64 kernel word (duration and fill); for
+/// a comm kernel `[1]` -> DeviceWork (version 2; version 1 is refused).
 pub fn read_args(func: &Function, params: *mut *mut c_void) -> CuResult<KernelArgs> {
     if params.is_null() {
         return Ok(KernelArgs {
             duration_ns: DEFAULT_KERNEL_NS,
+            fill: 100,
             work: None,
         });
     }
     // SAFETY: by the kernel ABI a non-NULL kernelParams is an array whose [0] is NULL or points to
-    // a u64 duration, and for comm kernels whose [1] is NULL or points to a DeviceWork; all valid
-    // for the duration of the launch call (values are copied here).
+    // a u64 kernel word, and for comm kernels whose [1] is NULL or points to a DeviceWork; all
+    // valid for the duration of the launch call (values are copied here).
     unsafe {
         let p0 = *params as *const u64;
-        let duration_ns = if p0.is_null() {
-            DEFAULT_KERNEL_NS
+        let (duration_ns, fill) = if p0.is_null() {
+            (DEFAULT_KERNEL_NS, 100)
         } else {
-            p0.read_unaligned()
+            decode_kernel_word(p0.read_unaligned())
         };
         let mut work = None;
         if func.comm {
@@ -45,7 +49,11 @@ pub fn read_args(func: &Function, params: *mut *mut c_void) -> CuResult<KernelAr
                 work = Some(w);
             }
         }
-        Ok(KernelArgs { duration_ns, work })
+        Ok(KernelArgs {
+            duration_ns,
+            fill,
+            work,
+        })
     }
 }
 
@@ -61,6 +69,7 @@ pub fn kernel_op(
         name: func.name.clone(),
         comm: func.comm,
         duration_ns: args.duration_ns,
+        fill: args.fill,
         work: args.work.map(Work),
         api,
         graph,

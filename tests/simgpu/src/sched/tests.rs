@@ -1,0 +1,277 @@
+//! The model on its own: no shared memory, no threads, no real time.
+use super::*;
+
+const MS: u64 = 1_000_000;
+const US: u64 = 1_000;
+
+fn knobs(mode: Mode) -> Knobs {
+    Knobs {
+        mode: mode as u32,
+        comm_spin: 1,
+        slice_ns: 2 * MS,
+        switch_ns: 25 * US,
+        interference: 0.0,
+        hold_ns: 2 * MS,
+    }
+}
+
+fn kernel(slot: u32, key: u64, ns: u64, ready: u64) -> Submit {
+    Submit {
+        slot,
+        stream_key: key,
+        comm: false,
+        with_body: false,
+        mark: false,
+        work_ns: ns,
+        fill: 100,
+        demand: 100,
+        ready_ns: ready,
+        hold_after: false,
+    }
+}
+
+fn comm(slot: u32, key: u64, ready: u64) -> Submit {
+    Submit {
+        comm: true,
+        with_body: true,
+        work_ns: 0,
+        ..kernel(slot, key, 0, ready)
+    }
+}
+
+/// Runs the model far ahead (no real-time limit) and returns the entry's (start, end).
+fn run(s: &mut Sched, id: EntryId) -> (u64, u64) {
+    let end = s.predict(id, Until::Done).expect("ends");
+    s.advance(end);
+    let d = s.take_done(id).expect("done");
+    assert_eq!(d.end_ns, end, "prediction matches");
+    (d.start_ns, d.end_ns)
+}
+
+#[test]
+fn a_lone_process_runs_at_full_speed_back_to_back() {
+    let mut s = Sched::new(knobs(Mode::Timeslice));
+    let a = s.submit(&kernel(0, 1, 5 * MS, 10 * MS)).unwrap();
+    assert_eq!(run(&mut s, a), (10 * MS, 15 * MS));
+    let b = s.submit(&kernel(0, 1, 3 * MS, 15 * MS)).unwrap();
+    assert_eq!(run(&mut s, b), (15 * MS, 18 * MS));
+    // A kernel submitted late (its stream was idle) still starts at its stream's time.
+    let c = s.submit(&kernel(0, 1, 3 * MS, 18 * MS)).unwrap();
+    assert_eq!(run(&mut s, c), (18 * MS, 21 * MS));
+}
+
+#[test]
+fn two_processes_with_work_share_the_device_in_slices() {
+    let mut s = Sched::new(knobs(Mode::Timeslice));
+    // Both have 10 ms of preemptible work from t=0.
+    let a = s.submit(&kernel(0, 1, 10 * MS, 0)).unwrap();
+    let b = s.submit(&kernel(1, 2, 10 * MS, 0)).unwrap();
+    let (ea, eb) = (
+        s.predict(a, Until::Done).unwrap(),
+        s.predict(b, Until::Done).unwrap(),
+    );
+    // Slices of 2 ms, alternating, 25 µs per switch: a ends after 5 of its slices and 4 of b's.
+    assert_eq!(ea, 10 * MS + 4 * 2 * MS + 8 * 25 * US);
+    assert_eq!(eb, ea + 2 * MS + 25 * US);
+    assert_eq!(run(&mut s, a).0, 0);
+    assert_eq!(run(&mut s, b).0, 2 * MS + 25 * US);
+}
+
+#[test]
+fn a_short_kernel_finishes_before_the_switch_and_an_idle_holder_yields_at_once() {
+    let mut s = Sched::new(knobs(Mode::Timeslice));
+    // The side task has run alone for long: its slice has expired when the trainer comes.
+    let side = s.submit(&kernel(1, 2, 100 * MS, 0)).unwrap();
+    s.advance(50 * MS);
+    let t = s.submit(&kernel(0, 1, 300 * US, 50 * MS)).unwrap();
+    // A long kernel is preempted at once: the trainer waits only for the switch.
+    assert_eq!(run(&mut s, t), (50 * MS + 25 * US, 50 * MS + 325 * US));
+    // The trainer has nothing left: the side task gets the device back at once.
+    let end = run(&mut s, side).1;
+    assert_eq!(end, 100 * MS + 300 * US + 2 * 25 * US);
+
+    // A kernel shorter than a slice is not preempted: the trainer waits for its end.
+    let mut s = Sched::new(knobs(Mode::Timeslice));
+    let mut trainer = None;
+    for i in 0..40 {
+        let k = s.submit(&kernel(1, 2, 1_700 * US, i * 1_700 * US)).unwrap();
+        if i == 20 {
+            let t = s
+                .submit(&kernel(0, 1, 300 * US, 20 * 1_700 * US + 500 * US))
+                .unwrap();
+            let (start, end) = (
+                s.predict(t, Until::Started).unwrap(),
+                s.predict(t, Until::Done).unwrap(),
+            );
+            assert_eq!(start, 21 * 1_700 * US + 25 * US);
+            assert_eq!(end - start, 300 * US);
+            trainer = Some(t);
+        }
+        run(&mut s, k);
+    }
+    assert!(s.take_done(trainer.unwrap()).is_some());
+}
+
+#[test]
+fn a_receive_whose_data_arrived_completes_when_its_process_is_resident_again() {
+    let mut s = Sched::new(knobs(Mode::Timeslice));
+    // The trainer's receive waits (spinning) from t=0; a side task runs 10 ms kernels.
+    let r = s.submit(&comm(0, 1, 0)).unwrap();
+    let side = s.submit(&kernel(1, 2, 10 * MS, 0)).unwrap();
+    assert_eq!(s.predict(r, Until::Started), Some(0));
+    // They alternate: the trainer (spinning) 0-2 ms, the side task 2.025-4.025 ms, ...
+    s.advance(3 * MS);
+    // At 3 ms the data has arrived (a transfer of 100 µs from 2.9 ms): the trainer is not
+    // resident, so it completes in its next slice, at 4.05 ms + what is left of the transfer.
+    s.report_transfer(r, 2_900 * US, 100 * US);
+    let (_, end) = run(&mut s, r);
+    assert_eq!(end, 4_025 * US + 25 * US + 100 * US);
+    let d = s.entry(side).unwrap();
+    assert_eq!(d.state, ACTIVE);
+}
+
+#[test]
+fn a_transfer_reported_late_is_settled_from_the_history() {
+    let mut s = Sched::new(knobs(Mode::Timeslice));
+    let r = s.submit(&comm(0, 1, 0)).unwrap();
+    // Alone: resident all along; the report comes when the clock is at 5 ms for a transfer that
+    // began at 1 ms and took 1 ms.
+    s.advance(5 * MS);
+    s.report_transfer(r, MS, MS);
+    let d = s.take_done(r).unwrap();
+    assert_eq!((d.start_ns, d.transfer_start_ns, d.end_ns), (0, MS, 2 * MS));
+}
+
+#[test]
+fn without_spin_a_waiting_receive_leaves_the_device_to_others() {
+    let mut k = knobs(Mode::Timeslice);
+    k.comm_spin = 0;
+    let mut s = Sched::new(k);
+    let r = s.submit(&comm(0, 1, 0)).unwrap();
+    let side = s.submit(&kernel(1, 2, 10 * MS, 0)).unwrap();
+    assert_eq!(s.predict(side, Until::Done), Some(10 * MS));
+    assert_eq!(s.predict(r, Until::Started), Some(0));
+}
+
+#[test]
+fn mps_caps_a_kernel_at_its_share_and_runs_the_others_beside_it() {
+    let mut s = Sched::new(knobs(Mode::Mps));
+    let side = s
+        .submit(&Submit {
+            demand: 30,
+            ..kernel(1, 2, 10 * MS, 0)
+        })
+        .unwrap();
+    let t = s.submit(&kernel(0, 1, 7 * MS, 0)).unwrap();
+    // The side task on 30 % of the SMs: 10 ms of work takes 33.3 ms; the trainer gets the other
+    // 70 % until then.
+    assert_eq!(s.predict(t, Until::Done), Some(10 * MS));
+    assert_eq!(run(&mut s, t), (0, 10 * MS));
+    assert_eq!(run(&mut s, side).1, 10 * MS * 100 / 30 + 1);
+}
+
+#[test]
+fn mps_preempts_nothing_and_hands_freed_sms_to_the_oldest() {
+    let mut s = Sched::new(knobs(Mode::Mps));
+    let side = s.submit(&kernel(1, 2, 13 * MS, 0)).unwrap();
+    let t = s.submit(&kernel(0, 1, 300 * US, MS)).unwrap();
+    let side2 = s.submit(&kernel(1, 2, 13 * MS, 13 * MS)).unwrap();
+    // The trainer waits for the whole side kernel, then goes first (it waited longer).
+    assert_eq!(run(&mut s, t), (13 * MS, 13 * MS + 300 * US));
+    assert_eq!(run(&mut s, side).1, 13 * MS);
+    assert_eq!(run(&mut s, side2).0, 13 * MS + 300 * US);
+}
+
+#[test]
+fn mps_interference_slows_kernels_by_the_others_load() {
+    let mut k = knobs(Mode::Mps);
+    k.interference = 1.0;
+    let mut s = Sched::new(k);
+    let side = s
+        .submit(&Submit {
+            demand: 50,
+            ..kernel(1, 2, 100 * MS, 0)
+        })
+        .unwrap();
+    let t = s.submit(&kernel(0, 1, MS, 0)).unwrap();
+    // 50 % of the SMs, slowed by 1 + 0.5: 3 ms.
+    assert_eq!(run(&mut s, t).1, 3 * MS);
+    let _ = side;
+}
+
+#[test]
+fn kernels_of_one_process_share_by_fill() {
+    let mut s = Sched::new(knobs(Mode::Timeslice));
+    let small = |key, ns| Submit {
+        fill: 40,
+        demand: 40,
+        ..kernel(0, key, ns, 0)
+    };
+    let a = s.submit(&small(1, 4 * MS)).unwrap();
+    let b = s.submit(&small(2, 4 * MS)).unwrap();
+    let c = s.submit(&kernel(0, 3, 2 * MS, 0)).unwrap();
+    // a and b fit side by side at full speed; c gets the last 20 % (a fifth of its speed) until
+    // they end at 4 ms, then all of it.
+    assert_eq!(run(&mut s, a), (0, 4 * MS));
+    assert_eq!(run(&mut s, b), (0, 4 * MS));
+    assert_eq!(run(&mut s, c), (0, 4 * MS + 2 * MS - 4 * MS / 5));
+}
+
+#[test]
+fn holds_stop_the_clock_until_cleared_or_expired() {
+    let mut s = Sched::new(knobs(Mode::Timeslice));
+    let a = s
+        .submit(&Submit {
+            hold_after: true,
+            ..kernel(0, 1, MS, 0)
+        })
+        .unwrap();
+    // Real time 10 ms: the clock stops at a's end (its stream has more to submit).
+    s.advance(10 * MS);
+    assert_eq!(s.clock_ns, MS);
+    assert!(s.take_done(a).is_some());
+    let b = s.submit(&kernel(0, 1, MS, MS)).unwrap();
+    assert_eq!(run(&mut s, b), (MS, 2 * MS));
+    // A hold that is not cleared is honoured for hold_ns of real time only.
+    s.set_hold(7, 1, 3 * MS, 20 * MS);
+    s.advance(21 * MS);
+    assert_eq!(s.clock_ns, 3 * MS);
+    s.advance(22 * MS + 1);
+    assert_eq!(s.clock_ns, 22 * MS + 1);
+}
+
+#[test]
+fn a_dead_process_is_forgotten() {
+    let mut s = Sched::new(knobs(Mode::Timeslice));
+    let _side = s.submit(&kernel(1, 2, 100 * MS, 0)).unwrap();
+    s.advance(10 * MS);
+    let t = s.submit(&kernel(0, 1, MS, 10 * MS)).unwrap();
+    s.reap_slot(1);
+    assert_eq!(run(&mut s, t), (10 * MS + 25 * US, 11 * MS + 25 * US));
+}
+
+#[test]
+fn a_record_takes_its_time_when_its_process_is_resident() {
+    let mut s = Sched::new(knobs(Mode::Timeslice));
+    // The side task holds the device with a short kernel when the trainer records an event.
+    let side = s.submit(&kernel(1, 2, 1_500 * US, 0)).unwrap();
+    s.advance(500 * US);
+    let rec = s
+        .submit(&Submit {
+            mark: true,
+            ..kernel(0, 1, 0, 500 * US)
+        })
+        .unwrap();
+    // The side task has held the device past a slice? No: 0.5 ms into it. The record waits for
+    // the slice's end (2 ms), the short kernel's end (1.5 ms is before) and a switch.
+    assert_eq!(run(&mut s, rec), (1_525 * US, 1_525 * US));
+    assert_eq!(run(&mut s, side).1, 1_500 * US);
+    // Alone, a record is immediate.
+    let rec = s
+        .submit(&Submit {
+            mark: true,
+            ..kernel(0, 1, 0, 3 * MS)
+        })
+        .unwrap();
+    assert_eq!(run(&mut s, rec), (3 * MS, 3 * MS));
+}
