@@ -234,15 +234,19 @@ fn sim_reports_say_what_the_json_says_and_when_a_side_task_finished() {
     assert!(err.contains("finished its work"), "{err}");
 }
 
-/// One stage has no bubble: no "NaN" in the text, and no forecast figures when the agent
-/// predicted nothing (it read 1.0); a job of more than 8 stages gets its simulated GPUs.
+/// One stage has (almost) no bubble: no "NaN" in the text, and forecast figures only when the
+/// agent predicted a bubble's end (without a prediction they read 1.0, issue 16: they must be
+/// null); a job of more than 8 stages gets its simulated GPUs. (One stage still idles a little at
+/// each iteration's end, in its host's synchronize, and that short bubble may be predicted.)
 #[test]
 fn sim_reports_no_nan_and_no_forecast_without_prediction() {
     let (code, out, err) = sim(&["--stages", "1", "--iterations", "3", "--json"]);
     assert_eq!(code, Some(0), "{err}");
     let r: Value = serde_json::from_str(&out).unwrap();
-    assert!(r["inference"]["forecast_precision"].is_null(), "{r}");
-    assert!(r["inference"]["forecast_recall"].is_null(), "{r}");
+    let inf = &r["inference"];
+    let predicted = !inf["predicted_end_error_us_p50"].is_null();
+    assert_eq!(inf["forecast_precision"].is_null(), !predicted, "{r}");
+    assert_eq!(inf["forecast_recall"].is_null(), !predicted, "{r}");
     let (code, out, err) = sim(&["--stages", "1", "--iterations", "3"]);
     assert_eq!(code, Some(0), "{err}");
     assert!(!out.contains("NaN") && out.contains("n/a"), "{out}");

@@ -221,9 +221,12 @@ fn zbh1_p2_and_without_w() {
     );
 }
 
-/// The all-reduce at the end of an iteration is idle compute time on every rank.
+/// The all-reduce at the end of an iteration lengthens it by its transfer time, which keeps every
+/// rank's GPU busy (the truth counts a communication kernel's transfer as busy, its wait for peers
+/// as idle): here the ranks arrive together, so the idle time stays the pipeline's (the model's
+/// `idle_ms_per_rank`; its `idle_without_transfers_ms_per_rank` would be 50).
 #[test]
-fn allreduce_adds_idle() {
+fn allreduce_lengthens_the_iteration_but_its_transfer_is_busy() {
     check(
         &[
             "--schedule",
@@ -236,7 +239,7 @@ fn allreduce_adds_idle() {
             "20",
         ],
         170.0,
-        50.0,
+        30.0,
     );
 }
 
