@@ -8,11 +8,13 @@
 //! * the JSON-lines form of an event used by `FREERIDE_TRACE` ([`json`]);
 //! * a safe reader for the agent that validates every byte it reads from shared memory ([`reader`]);
 //! * the per-GPU grant control block of the side-task gate ([`grant`]);
+//! * the hook path's clock: `CLOCK_MONOTONIC` ns from the calibrated TSC ([`clock`]);
 //! * the CPU priority side tasks take ([`cpu`]);
 //! * the session doorbell that wakes the agent ([`doorbell`]).
 //!
 //! Everything in shared memory is little-endian, fixed-size, and only ever accessed through atomics,
 //! so a hostile or corrupt writer can make a reader see garbage values but never crash it.
+pub mod clock;
 pub mod cpu;
 pub mod doorbell;
 pub mod event;
@@ -48,6 +50,9 @@ pub mod env {
     /// Read by the agent: `0` keeps it polling at its fixed interval between bubbles too, instead
     /// of sleeping on the session doorbell ([`crate::doorbell`]) there (A/B measurements).
     pub const DOORBELL: &str = "FREERIDE_DOORBELL";
+    /// `monotonic`: the hooks read `clock_gettime` instead of the calibrated TSC
+    /// ([`crate::clock`]), for A/B measurements or a TSC not to be trusted.
+    pub const CLOCK: &str = "FREERIDE_CLOCK";
     /// `1` disables all recording (pure pass-through), for A/B measurements.
     pub const DISABLE: &str = "FREERIDE_DISABLE";
 }

@@ -14,7 +14,7 @@
 //! | 32 | 8 | `start_ns` (CLOCK_MONOTONIC when the ring was made; instance id with `pid`) |
 //! | 40 | 4 | `device` (i32, first CUDA device seen, -1 unknown) |
 //! | 44 | 4 | `state` ([`STATE_LIVE`], [`STATE_EXITED`]) |
-//! | 48 | 4 | `features`: bits the writer sets when it starts doing something readers can rely on ([`FEATURE_RINGS_DOORBELL`]) |
+//! | 48 | 4 | `features`: bits the writer sets when it starts doing something readers can rely on ([`FEATURE_RINGS_DOORBELL`], [`FEATURE_TSC_CLOCK`]) |
 //! | 64 | 8 | `head`: producers' reservation cursor |
 //! | 128 | 8 | `tail`: consumer cursor (written by the agent) |
 //! | 192 | 8 | `dropped`: records lost because the ring was full |
@@ -59,8 +59,15 @@ pub const STATE_EXITED: u32 = 2;
 /// ([`crate::doorbell`]) whenever it pushes a comm begin or end.
 pub const FEATURE_RINGS_DOORBELL: u32 = 1;
 
-/// Max CAS attempts of a producer before it drops the record.
-const PUSH_RETRIES: u32 = 16;
+/// `features` bit, set at exit: this process's hook clock was reading the calibrated TSC
+/// ([`crate::clock`]) rather than `clock_gettime`. Informative: `t_ns` is `CLOCK_MONOTONIC` either way.
+pub const FEATURE_TSC_CLOCK: u32 = 2;
+
+/// Max attempts of a producer before it drops the record. Each failed attempt means another
+/// producer claimed a slot meanwhile (or the file holds garbage), so this bounds only how long
+/// one producer can lose to others; 16 was too few for two threads launching back to back (the
+/// one holding the head's cache line wins again and again: 1 record in 50000 was dropped).
+const PUSH_RETRIES: u32 = 256;
 
 #[repr(C, align(64))]
 pub struct RingHeader {
@@ -184,6 +191,7 @@ impl RingView {
     /// # Safety
     /// `base` must point to a mapping of at least `file_size(geom.capacity)` bytes, aligned to 64,
     /// that stays mapped for as long as the view (and its copies) are used.
+    #[inline]
     pub unsafe fn new(base: *mut u8, geom: Geometry) -> RingView {
         RingView {
             base,
@@ -192,10 +200,12 @@ impl RingView {
         }
     }
 
+    #[inline]
     pub fn base(&self) -> *mut u8 {
         self.base
     }
 
+    #[inline]
     pub fn capacity(&self) -> u64 {
         self.capacity
     }
@@ -245,8 +255,42 @@ impl RingView {
 
     /// Multi-producer push. Lock-free, no system call, never waits: returns false (and counts
     /// the record in `dropped`) when the ring is full or contended beyond a few retries.
+    /// The uncontended case (the slot at `head` is free and the claim succeeds first time) is
+    /// inlined; retries are out of line.
     #[inline(always)]
     pub fn push(&self, rec: &Record) -> bool {
+        let h = self.header();
+        let pos = h.head.load(Ordering::Relaxed);
+        let slot = self.slot(pos);
+        if slot.seq.load(Ordering::Acquire) == pos
+            && h.head
+                .compare_exchange(
+                    pos,
+                    pos.wrapping_add(1),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+        {
+            Self::commit(slot, pos, rec);
+            return true;
+        }
+        self.push_contended(rec)
+    }
+
+    /// Writes the record words into the claimed slot and publishes it.
+    #[inline(always)]
+    fn commit(slot: &Slot, pos: u64, rec: &Record) {
+        let w = rec.encode();
+        for (dst, v) in slot.words.iter().zip(w) {
+            dst.store(v, Ordering::Relaxed);
+        }
+        slot.seq.store(pos.wrapping_add(1), Ordering::Release);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn push_contended(&self, rec: &Record) -> bool {
         let h = self.header();
         let mut pos = h.head.load(Ordering::Relaxed);
         let mut tries = 0;
@@ -262,11 +306,7 @@ impl RingView {
                     Ordering::Relaxed,
                 ) {
                     Ok(_) => {
-                        let w = rec.encode();
-                        for (dst, v) in slot.words.iter().zip(w) {
-                            dst.store(v, Ordering::Relaxed);
-                        }
-                        slot.seq.store(pos.wrapping_add(1), Ordering::Release);
+                        Self::commit(slot, pos, rec);
                         return true;
                     }
                     Err(cur) => pos = cur,
@@ -277,6 +317,8 @@ impl RingView {
             } else {
                 pos = h.head.load(Ordering::Relaxed);
             }
+            // Let the producer that won finish its slot (and release the lines) first.
+            std::hint::spin_loop();
             tries += 1;
             if tries >= PUSH_RETRIES {
                 h.dropped.fetch_add(1, Ordering::Relaxed);

@@ -11,8 +11,9 @@
 //! "not found" error. `tests` check the table against the wrappers and the exported symbols.
 #![allow(non_snake_case)]
 
+use crate::rt::now_ns;
 use crate::{comm, dl, rt};
-use freeride_abi::{now_ns, Api, Kind};
+use freeride_abi::{Api, Kind};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 

@@ -26,6 +26,12 @@ pub fn built(name: &str) -> PathBuf {
 /// against the stand-in runtime into a folder of this test process (`tag` names it); returns the
 /// executable.
 pub fn gate_side_bin(tag: &str) -> PathBuf {
+    runtime_cprog("gate_side", tag)
+}
+
+/// Compiles `tests/cprogs/<name>.c`, a C program of the CUDA runtime API, against the stand-in
+/// runtime into a folder of this test process (`tag` names it); returns the executable.
+pub fn runtime_cprog(name: &str, tag: &str) -> PathBuf {
     let t = release_dir();
     for f in ["libfreeride.so", "libcuda.so", "libcudart.so"] {
         assert!(
@@ -35,14 +41,14 @@ pub fn gate_side_bin(tag: &str) -> PathBuf {
     }
     let d = std::env::temp_dir().join(format!("freeride-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&d).expect("temp folder");
-    let out = d.join("gate_side");
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../cprogs/gate_side.c");
+    let out = d.join(name);
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../cprogs/{name}.c"));
     let o = std::process::Command::new("cc")
         .args(["-O1", "-o"])
         .arg(&out)
         .arg(&src)
         .arg(format!("-L{}", t.display()))
-        .arg("-lcudart")
+        .args(["-lcudart", "-lpthread"])
         .output()
         .expect("cc");
     assert!(
