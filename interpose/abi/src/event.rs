@@ -151,6 +151,8 @@ apis! {
     CuCtxSetCurrent = 50 => "cuCtxSetCurrent",
     CuCtxPushCurrentV2 = 51 => "cuCtxPushCurrent_v2",
     CuCtxPopCurrentV2 = 52 => "cuCtxPopCurrent_v2",
+    // CUDA 13's cuCtxSynchronize (cuGetProcAddress hands it out from 13.0): takes a context.
+    CuCtxSynchronizeV2 = 53 => "cuCtxSynchronize_v2",
     // NCCL, exported by libfreeride, forwarding to pncclX.
     NcclSend = 64 => "ncclSend",
     NcclRecv = 65 => "ncclRecv",

@@ -298,7 +298,15 @@ pub static HOOKS: &[Hook] = &[
         false,
         w_cuCtxSynchronize as DrvSync0,
         None,
-        pk("cuCtxSynchronize", None, 2000, K)
+        pk("cuCtxSynchronize", None, 2000, 13000)
+    ),
+    hook!(
+        CuCtxSynchronizeV2,
+        Driver,
+        false,
+        w_cuCtxSynchronize_v2 as DrvSync1,
+        None,
+        pk("cuCtxSynchronize", None, 13000, K)
     ),
     hook!(
         CuEventSynchronize,

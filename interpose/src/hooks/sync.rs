@@ -95,6 +95,7 @@ pub(super) unsafe extern "C" fn w_cuEventSynchronize(e: P) -> c_int {
     unsafe { drv_sync1(Api::CuEventSynchronize, e) }
 }
 
+/// `cuCtxSynchronize(void)`, before CUDA 13.
 pub(super) unsafe extern "C" fn w_cuCtxSynchronize() -> c_int {
     let api = Api::CuCtxSynchronize;
     let Some(real) = real_fn::<DrvSync0>(api) else {
@@ -104,6 +105,21 @@ pub(super) unsafe extern "C" fn w_cuCtxSynchronize() -> c_int {
     let t0 = now_ns();
     // SAFETY: pass-through.
     let r = unsafe { real() };
+    sync_event(&g, api, t0, std::ptr::null_mut(), r);
+    r
+}
+
+/// CUDA 13's `cuCtxSynchronize(ctx)`: the context is passed through (recorded as 0, like the
+/// argument-less one).
+pub(super) unsafe extern "C" fn w_cuCtxSynchronize_v2(ctx: P) -> c_int {
+    let api = Api::CuCtxSynchronizeV2;
+    let Some(real) = real_fn::<DrvSync1>(api) else {
+        return CUDA_ERROR_NOT_FOUND;
+    };
+    let g = rt::enter();
+    let t0 = now_ns();
+    // SAFETY: pass-through.
+    let r = unsafe { real(ctx) };
     sync_event(&g, api, t0, std::ptr::null_mut(), r);
     r
 }
