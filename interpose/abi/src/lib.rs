@@ -45,7 +45,11 @@ pub mod env {
     pub const RING_CAPACITY: &str = "FREERIDE_RING_CAPACITY";
     /// `0` disables the GPU-side communication timing (driver events + poller thread).
     pub const COMM_TIMING: &str = "FREERIDE_COMM_TIMING";
-    /// Poll interval of the comm-timing poller while ops are in flight, µs (default 50; idle 4x).
+    /// `0`: the comm poller polls on a timer instead of being woken by the driver once per event
+    /// (`cuLaunchHostFunc` on a private stream), for A/B measurements.
+    pub const COMM_NOTIFY: &str = "FREERIDE_COMM_NOTIFY";
+    /// Fastest poll interval of the comm-timing poller, µs (default 100), where the driver does
+    /// not wake it ([`COMM_NOTIFY`]).
     pub const POLL_US: &str = "FREERIDE_POLL_US";
     /// Read by the agent: `0` keeps it polling at its fixed interval between bubbles too, instead
     /// of sleeping on the session doorbell ([`crate::doorbell`]) there (A/B measurements).

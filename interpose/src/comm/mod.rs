@@ -3,8 +3,9 @@
 //! Around each op (or, for a group, around `ncclGroupEnd`, once per stream the group used) the
 //! hook records two driver events on the op's stream: `begin` before the op is queued, `end`
 //! after. Events come from a preallocated pool of *timing* events created once per process (slow
-//! path, on the first comm op) in the caller's context. The hook only records events (no
-//! creation, no system call, no lock).
+//! path, on the first comm op) in the caller's context. The hook only makes driver calls (records
+//! events, queues the poller's wake-ups; the first op on a stream creates that stream's lane): no
+//! system call of ours, no lock.
 //!
 //! A poller thread, started lazily with the pool, owns a private non-blocking stream and a few
 //! reference events. It anchors the GPU clock to the host clock: it records a reference event on
@@ -19,25 +20,29 @@
 //! complete (`uncertainty_ns` = half that interval) and a re-anchor is requested.
 //!
 //! Since the poll time no longer affects accuracy, only how soon a begin/end is reported, the
-//! poller's cadence is adaptive (each wake-up costs a context switch, ~10 µs of CPU on a small VM,
-//! which is what observing used to cost). While some op's begin is still pending it polls every
+//! poller does not poll on a timer where the driver can wake it ([`notify`]): the hook queues,
+//! on a private stream per user stream, a wait for each of the pair's events followed by a host
+//! function (`cuLaunchHostFunc`) that wakes the poller; so it wakes about twice per op, however
+//! long the op, and sleeps between ops (a 50 ms safety net). Each wake-up costs a context switch
+//! (~10 µs of CPU on a small VM, which is what observing used to cost at one every 100-250 µs).
+//! Pairs without wake-ups (no `cuLaunchHostFunc`, a driver error, `FREERIDE_COMM_NOTIFY=0`) are
+//! polled at the old adaptive cadence: while some op's begin is still pending, every
 //! `FREERIDE_POLL_US` (default 100 µs) right after a change (a new op armed, a begin or an end
-//! seen), backing off to half the time since the last change, capped at 200 µs: a begin opens a
-//! bubble in the agent's detector, so it is reported within 200 µs. When every in-flight op has
-//! begun (a transfer or a receive waiting on its peer: a bubble in progress) it polls every 250 µs
-//! (the end's time is exact anyway; its report closes the bubble and the side tasks' grant); with
-//! nothing in flight, every 1 ms. It sleeps
-//! with `clock_nanosleep` to an absolute deadline with a 1 ns timer slack; hooks never wake it.
+//! seen), backing off to half the time since the last change, capped at 200 µs (a begin opens a
+//! bubble in the agent's detector); while every such op has begun, every 250 µs; with nothing in
+//! flight, every 1 ms. The poller sleeps on the wake-up futex word with a timeout and a 1 ns timer
+//! slack; hooks never wake it themselves (no system call on the hook path).
 //!
 //! After a poll that pushed a begin or an end, the poller rings the session doorbell
-//! ([`freeride_abi::doorbell`], mapped by the poller's `Bell`), so that an agent sleeping between bubbles
-//! learns of it at once. Only this thread rings (a system call only while the agent sleeps);
-//! hooks never do.
-
+//! ([`freeride_abi::doorbell`], mapped by the poller's `Bell`), so that an agent sleeping
+//! between bubbles learns of it at once. Only this thread rings (a system call only while the
+//! agent sleeps); hooks never do.
 //!
-//! Modules: [`anchor`] (the GPU clock's anchor to the host clock), [`poller`] (the thread).
+//! Modules: [`anchor`] (the GPU clock's anchor to the host clock), [`notify`] (the driver wakes
+//! the poller per event), [`poller`] (the thread).
 
 mod anchor;
+mod notify;
 mod poller;
 
 use crate::dl;
@@ -62,6 +67,9 @@ type StreamIsCapturing = unsafe extern "C" fn(*mut c_void, *mut c_int) -> c_int;
 type StreamCreate = unsafe extern "C" fn(*mut *mut c_void, u32) -> c_int;
 type EventSynchronize = unsafe extern "C" fn(*mut c_void) -> c_int;
 type EventElapsed = unsafe extern "C" fn(*mut f32, *mut c_void, *mut c_void) -> c_int;
+type StreamWaitEvent = unsafe extern "C" fn(*mut c_void, *mut c_void, u32) -> c_int;
+type HostFn = unsafe extern "C" fn(*mut c_void);
+type LaunchHostFunc = unsafe extern "C" fn(*mut c_void, Option<HostFn>, *mut c_void) -> c_int;
 type GetProcAddress =
     unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> c_int;
 
@@ -85,6 +93,8 @@ pub struct Driver {
     event_synchronize: Option<EventSynchronize>,
     get_proc_address: Option<GetProcAddress>,
     dlsym_elapsed: Option<EventElapsed>,
+    stream_wait_event: Option<StreamWaitEvent>,
+    launch_host_func: Option<LaunchHostFunc>,
 }
 
 impl Driver {
@@ -152,6 +162,10 @@ pub fn driver() -> Option<&'static Driver> {
             dlsym_elapsed: get(c"cuEventElapsedTime_v2")
                 .or_else(|| get(c"cuEventElapsedTime"))
                 .map(|p| std::mem::transmute::<usize, EventElapsed>(p)),
+            stream_wait_event: get(c"cuStreamWaitEvent")
+                .map(|p| std::mem::transmute::<usize, StreamWaitEvent>(p)),
+            launch_host_func: get(c"cuLaunchHostFunc")
+                .map(|p| std::mem::transmute::<usize, LaunchHostFunc>(p)),
         }
     };
     // SAFETY: h came from a successful dlopen; the library stays loaded (someone else holds it).
@@ -168,6 +182,9 @@ struct Pair {
     begin_done: AtomicU32,
     /// 0 until the poller has seen this arming (poller's cadence: a new op is a change).
     seen: AtomicU32,
+    /// 1: the driver wakes the poller when this pair's events complete ([`notify`]); 0: the
+    /// poller must poll for it.
+    notified: AtomicU32,
     /// Poller-private: the reported begin time (the end is never reported before it).
     t_begin: AtomicU64,
     ev_b: AtomicUsize,
@@ -185,6 +202,7 @@ const PAIR_INIT: Pair = Pair {
     state: AtomicU32::new(FREE),
     begin_done: AtomicU32::new(0),
     seen: AtomicU32::new(0),
+    notified: AtomicU32::new(0),
     t_begin: AtomicU64::new(0),
     ev_b: AtomicUsize::new(0),
     ev_e: AtomicUsize::new(0),
@@ -363,7 +381,22 @@ pub fn end(i: usize, stream: u64, api: Api, op: u32, group: u32, queued: u64) {
     p.pending_e.store(queued, Ordering::Relaxed);
     p.begin_done.store(0, Ordering::Relaxed);
     p.seen.store(0, Ordering::Relaxed);
+    // Armed before its wake-ups are queued, so that a poll they trigger finds it. If they cannot
+    // be queued, the process falls back to polling (the poller notices at its next wake-up).
+    let d = DRIVER.get();
+    let wakes = d.is_some_and(notify::available);
+    p.notified.store(wakes as u32, Ordering::Relaxed);
     p.state.store(ARMED, Ordering::Release);
+    if let Some(d) = d.filter(|_| wakes) {
+        let (b, e) = (
+            p.ev_b.load(Ordering::Relaxed),
+            p.ev_e.load(Ordering::Relaxed),
+        );
+        if !notify::arm(d, stream, b, e) {
+            p.notified.store(0, Ordering::Relaxed);
+            notify::turn_off();
+        }
+    }
 }
 
 /// At exit: one last poll so completed ops are reported.
@@ -386,6 +419,7 @@ pub fn reset_after_fork() {
     ANCHOR_STALE.store(false, Ordering::Relaxed);
     // The parent's poller may have held the poll flag at fork: nobody will release it here.
     POLLING.store(false, Ordering::Relaxed);
+    notify::reset_after_fork();
     POOL_STATE.store(0, Ordering::Release);
     POOL_TRIES.store(0, Ordering::Relaxed);
 }

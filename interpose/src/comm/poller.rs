@@ -5,8 +5,8 @@ use super::anchor::{
     CAUSALITY_SLACK_NS,
 };
 use super::{
-    Driver, ARMED, CUDA_ERROR_NOT_READY, CUDA_SUCCESS, DRIVER, FREE, POOL, POOL_CTX, POOL_DEVICE,
-    POOL_GEN,
+    notify, Driver, ARMED, CUDA_ERROR_NOT_READY, CUDA_SUCCESS, DRIVER, FREE, POOL, POOL_CTX,
+    POOL_DEVICE, POOL_GEN,
 };
 use crate::rt;
 use freeride_abi::doorbell::{Doorbell, DOORBELL_FILE};
@@ -27,19 +27,6 @@ const POLL_END_NS: u64 = 250_000;
 
 /// Held by whoever polls (the poller thread, or `flush_at_exit`): one poll at a time.
 pub(super) static POLLING: AtomicBool = AtomicBool::new(false);
-
-fn sleep_until(t_ns: u64) {
-    let ts = freeride_abi::timespec(t_ns);
-    // SAFETY: clock_nanosleep reads the timespec we own; no remainder with TIMER_ABSTIME.
-    unsafe {
-        libc::clock_nanosleep(
-            libc::CLOCK_MONOTONIC,
-            libc::TIMER_ABSTIME,
-            &ts,
-            std::ptr::null_mut(),
-        )
-    };
-}
 
 fn any_armed() -> bool {
     POOL.iter()
@@ -109,6 +96,8 @@ pub(super) fn poller(gen: u32) {
     let mut last_change = now_ns();
     let mut bell = Bell::default();
     while POOL_GEN.load(Ordering::Relaxed) == gen {
+        // Read before the poll: a wake-up after it makes the sleep below return at once.
+        let seq = notify::seq();
         bell.refresh(now_ns());
         if let Some(c) = clock.as_mut() {
             let now = now_ns();
@@ -136,19 +125,24 @@ pub(super) fn poller(gen: u32) {
         }
         let delay = if st.begin_pending {
             (now.saturating_sub(last_change) / 2).clamp(fast, begin_max)
-        } else if any_armed() {
+        } else if st.polled_pending || (!notify::available(d) && any_armed()) {
             POLL_END_NS.max(fast)
+        } else if notify::available(d) {
+            // Every armed pair wakes the poller (or none is armed): the safety net only.
+            notify::NOTIFIED_IDLE_NS
         } else {
             slow
         };
-        sleep_until(now + delay);
+        notify::sleep(seq, delay);
     }
 }
 
 /// What one poll saw.
 #[derive(Default, Clone, Copy)]
 pub(super) struct Polled {
-    /// An armed op's begin is still pending.
+    /// An armed op the poller must poll for (the driver does not wake it) is still pending...
+    polled_pending: bool,
+    /// ...and its begin is still pending.
     begin_pending: bool,
     /// Something changed: a new op seen, a begin or an end.
     changed: bool,
@@ -165,18 +159,21 @@ pub(super) fn locked_poll(d: &Driver, tid: u32, wait: bool) -> Polled {
                 break; // The holder is stuck (exiting?): poll anyway.
             }
             return Polled {
+                polled_pending: true,
                 begin_pending: true,
                 ..Polled::default()
             };
         }
         std::thread::yield_now();
     }
-    let r = poll_once(d, tid);
+    let r = poll_once(d, tid, notify::available(d));
     POLLING.store(false, Ordering::Release);
     r
 }
 
-fn poll_once(d: &Driver, tid: u32) -> Polled {
+/// One look at every armed pair: reports the begins and ends that completed. `woken`: the driver
+/// wakes the poller for pairs armed with wake-ups ([`notify`]).
+fn poll_once(d: &Driver, tid: u32, woken: bool) -> Polled {
     let mut r = Polled::default();
     let Some(query) = d.event_query else {
         return r;
@@ -189,6 +186,7 @@ fn poll_once(d: &Driver, tid: u32) -> Polled {
         if p.seen.swap(1, Ordering::Relaxed) == 0 {
             r.changed = true;
         }
+        let polled = !woken || p.notified.load(Ordering::Relaxed) == 0;
         let now = now_ns();
         let queued = p.queued.load(Ordering::Relaxed);
         // The event's time: GPU clock via the anchor, else the poll midpoint.
@@ -236,7 +234,8 @@ fn poll_once(d: &Driver, tid: u32) -> Polled {
                     }
                 }
                 CUDA_ERROR_NOT_READY => {
-                    r.begin_pending = true;
+                    r.begin_pending |= polled;
+                    r.polled_pending |= polled;
                     p.pending_b.store(now, Ordering::Relaxed);
                     p.pending_e.store(now, Ordering::Relaxed);
                     continue;
@@ -261,7 +260,10 @@ fn poll_once(d: &Driver, tid: u32) -> Polled {
                 r.reported = true;
                 p.state.store(FREE, Ordering::Release);
             }
-            CUDA_ERROR_NOT_READY => p.pending_e.store(now_ns(), Ordering::Relaxed),
+            CUDA_ERROR_NOT_READY => {
+                r.polled_pending |= polled;
+                p.pending_e.store(now_ns(), Ordering::Relaxed)
+            }
             _ => p.state.store(FREE, Ordering::Release),
         }
     }
