@@ -19,27 +19,29 @@
 //! causality check, the record falls back to the midpoint of the poll interval that saw the event
 //! complete (`uncertainty_ns` = half that interval) and a re-anchor is requested.
 //!
-//! Since the poll time no longer affects accuracy, only how soon a begin/end is reported, the
-//! poller does not poll on a timer where the driver can wake it ([`notify`]): the hook queues,
-//! on a private stream per user stream, a wait for each of the pair's events followed by a host
-//! function (`cuLaunchHostFunc`) that wakes the poller; so it wakes about twice per op, however
-//! long the op, and sleeps between ops (a 50 ms safety net). Each wake-up costs a context switch
-//! (~10 µs of CPU on a small VM, which is what observing used to cost at one every 100-250 µs).
-//! Pairs without wake-ups (no `cuLaunchHostFunc`, a driver error, `FREERIDE_COMM_NOTIFY=0`) are
-//! polled at the old adaptive cadence: while some op's begin is still pending, every
-//! `FREERIDE_POLL_US` (default 100 µs) right after a change (a new op armed, a begin or an end
-//! seen), backing off to half the time since the last change, capped at 200 µs (a begin opens a
-//! bubble in the agent's detector); while every such op has begun, every 250 µs; with nothing in
-//! flight, every 1 ms. The poller sleeps on the wake-up futex word with a timeout and a 1 ns timer
-//! slack; hooks never wake it themselves (no system call on the hook path).
+//! Since the poll time no longer affects accuracy, only how soon a begin/end is reported, nothing
+//! polls on a timer where the driver can wake a thread instead ([`notify`]): per user stream a
+//! waiter thread blocks in `cuEventSynchronize` on the running op's end event (blocking-sync),
+//! and learns of each op's begin from a host function (`cuLaunchHostFunc`) the hook queues on a
+//! private stream behind a wait for the begin event. So the waiter wakes about twice per op,
+//! however long the op, and sleeps between ops (a 50 ms safety net); the poller thread anchors the
+//! clock and otherwise sleeps. Each wake-up costs a context switch (~10 µs of CPU on a small VM,
+//! which is what observing used to cost at one every 100-250 µs). Pairs without a waiter (no
+//! `cuLaunchHostFunc`, a driver error, `FREERIDE_COMM_NOTIFY=0`, more streams than lanes' waiters
+//! could start) are polled by the poller at the old adaptive cadence: while some op's begin is
+//! still pending, every `FREERIDE_POLL_US` (default 100 µs) right after a change (a new op armed,
+//! a begin or an end seen), backing off to half the time since the last change, capped at 200 µs
+//! (a begin opens a bubble in the agent's detector); while every such op has begun, every 250 µs;
+//! with nothing in flight, every 1 ms. Threads sleep on futex words with a timeout and a 1 ns
+//! timer slack; hooks never wake them themselves (no system call on the hook path).
 //!
-//! After a poll that pushed a begin or an end, the poller rings the session doorbell
+//! After a poll that pushed a begin or an end, the thread that polled rings the session doorbell
 //! ([`freeride_abi::doorbell`], mapped by the poller's `Bell`), so that an agent sleeping
-//! between bubbles learns of it at once. Only this thread rings (a system call only while the
-//! agent sleeps); hooks never do.
+//! between bubbles learns of it at once (a system call only while the agent sleeps); hooks never
+//! ring.
 //!
-//! Modules: [`anchor`] (the GPU clock's anchor to the host clock), [`notify`] (the driver wakes
-//! the poller per event), [`poller`] (the thread).
+//! Modules: [`anchor`] (the GPU clock's anchor to the host clock), [`notify`] (lanes: the driver
+//! wakes the threads per event), [`poller`] (the poller and waiter threads, one poll).
 
 mod anchor;
 mod notify;
@@ -49,7 +51,7 @@ use crate::dl;
 use crate::rt;
 use anchor::{ANCHOR_EV, ANCHOR_STALE};
 use freeride_abi::{env, Api};
-use poller::{locked_poll, poller, POLLING};
+use poller::{locked_poll, poller, Lock, POLLING};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::OnceLock;
@@ -77,6 +79,9 @@ const CUDA_SUCCESS: c_int = 0;
 const CUDA_ERROR_NOT_READY: c_int = 600;
 /// `CU_EVENT_DEFAULT`: timing enabled (needed for `cuEventElapsedTime`).
 const CU_EVENT_DEFAULT: u32 = 0;
+/// `CU_EVENT_BLOCKING_SYNC`: `cuEventSynchronize` on the event sleeps instead of spinning (the
+/// waiters block on pool events).
+const CU_EVENT_BLOCKING_SYNC: u32 = 1;
 /// `CU_STREAM_NON_BLOCKING`: the poller's stream never syncs with the legacy default stream.
 const CU_STREAM_NON_BLOCKING: u32 = 1;
 
@@ -182,9 +187,10 @@ struct Pair {
     begin_done: AtomicU32,
     /// 0 until the poller has seen this arming (poller's cadence: a new op is a change).
     seen: AtomicU32,
-    /// 1: the driver wakes the poller when this pair's events complete ([`notify`]); 0: the
-    /// poller must poll for it.
-    notified: AtomicU32,
+    /// The lane + 1 whose waiter reports this pair ([`notify`]); 0: the poller polls for it.
+    lane: AtomicU32,
+    /// Arming order: a lane's waiter takes its pairs oldest first.
+    arm_seq: AtomicU64,
     /// Poller-private: the reported begin time (the end is never reported before it).
     t_begin: AtomicU64,
     ev_b: AtomicUsize,
@@ -202,7 +208,8 @@ const PAIR_INIT: Pair = Pair {
     state: AtomicU32::new(FREE),
     begin_done: AtomicU32::new(0),
     seen: AtomicU32::new(0),
-    notified: AtomicU32::new(0),
+    lane: AtomicU32::new(0),
+    arm_seq: AtomicU64::new(0),
     t_begin: AtomicU64::new(0),
     ev_b: AtomicUsize::new(0),
     ev_e: AtomicUsize::new(0),
@@ -224,6 +231,7 @@ static POOL_GEN: AtomicU32 = AtomicU32::new(0);
 static NEXT_PAIR: AtomicUsize = AtomicUsize::new(0);
 static NEXT_OP: AtomicU32 = AtomicU32::new(1);
 static NEXT_GROUP: AtomicU32 = AtomicU32::new(1);
+static ARM_SEQ: AtomicU64 = AtomicU64::new(1);
 
 pub fn next_op() -> u32 {
     NEXT_OP.fetch_add(1, Ordering::Relaxed)
@@ -283,7 +291,8 @@ fn create_pool() -> bool {
         let mut e: *mut c_void = std::ptr::null_mut();
         // SAFETY: real cuEventCreate writing handles we own, in the current context.
         let ok = unsafe {
-            create(&mut b, CU_EVENT_DEFAULT) == 0 && create(&mut e, CU_EVENT_DEFAULT) == 0
+            create(&mut b, CU_EVENT_BLOCKING_SYNC) == 0
+                && create(&mut e, CU_EVENT_BLOCKING_SYNC) == 0
         };
         if !ok {
             return giveup(false);
@@ -381,19 +390,19 @@ pub fn end(i: usize, stream: u64, api: Api, op: u32, group: u32, queued: u64) {
     p.pending_e.store(queued, Ordering::Relaxed);
     p.begin_done.store(0, Ordering::Relaxed);
     p.seen.store(0, Ordering::Relaxed);
-    // Armed before its wake-ups are queued, so that a poll they trigger finds it. If they cannot
-    // be queued, the process falls back to polling (the poller notices at its next wake-up).
-    let d = DRIVER.get();
-    let wakes = d.is_some_and(notify::available);
-    p.notified.store(wakes as u32, Ordering::Relaxed);
+    p.arm_seq
+        .store(ARM_SEQ.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+    // The begin's wake-up is queued after the pair is armed, so that the poll it triggers finds
+    // the pair; the lane is published before (the waiter it wakes looks for pairs of its lane).
+    // If it cannot be queued, the process falls back to polling (the poller notices at its next
+    // wake-up).
+    let d = DRIVER.get().filter(|d| notify::available(d));
+    let lane = d.and_then(|d| notify::lane_of(d, stream));
+    p.lane.store(lane.unwrap_or(0), Ordering::Relaxed);
     p.state.store(ARMED, Ordering::Release);
-    if let Some(d) = d.filter(|_| wakes) {
-        let (b, e) = (
-            p.ev_b.load(Ordering::Relaxed),
-            p.ev_e.load(Ordering::Relaxed),
-        );
-        if !notify::arm(d, stream, b, e) {
-            p.notified.store(0, Ordering::Relaxed);
+    if let (Some(d), Some(lane)) = (d, lane) {
+        if !notify::arm(d, lane, p.ev_b.load(Ordering::Relaxed)) {
+            p.lane.store(0, Ordering::Relaxed);
             notify::turn_off();
         }
     }
@@ -404,7 +413,7 @@ pub fn flush_at_exit() {
     if POOL_STATE.load(Ordering::Acquire) == 2 {
         if let Some(d) = DRIVER.get() {
             let tid = rt::THREAD.try_with(rt::tid).unwrap_or(0);
-            locked_poll(d, tid, true);
+            locked_poll(d, tid, Lock::Flush);
         }
     }
 }

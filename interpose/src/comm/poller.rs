@@ -1,5 +1,5 @@
-//! The poller thread (see the [`super`] docs): the anchor, one poll of the armed pairs, the
-//! doorbell, the cadence.
+//! The poller thread and the lanes' waiter threads (see the [`super`] and [`notify`] docs): the
+//! anchor, one poll of the armed pairs, the doorbell, the cadence.
 use super::anchor::{
     gpu_time, Clock, ANCHOR_EV, ANCHOR_MAX_AGE_NS, ANCHOR_RETRY_NS, ANCHOR_STALE,
     CAUSALITY_SLACK_NS,
@@ -14,6 +14,7 @@ use freeride_abi::shm_file::file_id;
 use freeride_abi::{env, now_ns, ring::FEATURE_RINGS_DOORBELL, session, Kind, Record};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Poll cadence: fastest (default; `FREERIDE_POLL_US`) and slowest.
 const POLL_FAST_NS: u64 = 100_000;
@@ -25,7 +26,7 @@ const POLL_BEGIN_MAX_NS: u64 = 200_000;
 /// and the side tasks' grant.
 const POLL_END_NS: u64 = 250_000;
 
-/// Held by whoever polls (the poller thread, or `flush_at_exit`): one poll at a time.
+/// Held by whoever polls (the poller thread, a waiter, `flush_at_exit`): one poll at a time.
 pub(super) static POLLING: AtomicBool = AtomicBool::new(false);
 
 fn any_armed() -> bool {
@@ -37,10 +38,21 @@ fn any_armed() -> bool {
 /// is still the file in the session directory (an agent replaces only an invalid one).
 const BELL_CHECK_NS: u64 = 500_000_000;
 
+/// The doorbell every thread of this process that reports rings (the poller's [`Bell`] maps it).
+static DOOR: Mutex<Option<Arc<Doorbell>>> = Mutex::new(None);
+
+/// Rings the doorbell, if there is one (after a poll that pushed a begin or an end).
+fn ring_bell() {
+    let door = DOOR.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Some(d) = door {
+        d.ring();
+    }
+}
+
 /// The poller's doorbell: mapped once an agent has made it; this process's ring then says so.
 #[derive(Default)]
 struct Bell {
-    door: Option<Doorbell>,
+    door: Option<Arc<Doorbell>>,
     checked_at: u64,
 }
 
@@ -57,20 +69,19 @@ impl Bell {
             if file_id(&dir.join(DOORBELL_FILE)) == Some(d.file_id()) {
                 return;
             }
-            self.door = None;
+            self.set(None);
             rt::set_ring_feature(FEATURE_RINGS_DOORBELL, false);
         }
         if let Ok(d) = Doorbell::open(&dir) {
             if rt::set_ring_feature(FEATURE_RINGS_DOORBELL, true) {
-                self.door = Some(d);
+                self.set(Some(Arc::new(d)));
             }
         }
     }
 
-    fn ring(&self) {
-        if let Some(d) = &self.door {
-            d.ring();
-        }
+    fn set(&mut self, door: Option<Arc<Doorbell>>) {
+        *DOOR.lock().unwrap_or_else(|e| e.into_inner()) = door.clone();
+        self.door = door;
     }
 }
 
@@ -97,7 +108,7 @@ pub(super) fn poller(gen: u32) {
     let mut bell = Bell::default();
     while POOL_GEN.load(Ordering::Relaxed) == gen {
         // Read before the poll: a wake-up after it makes the sleep below return at once.
-        let seq = notify::seq();
+        let seq = notify::seq(None);
         bell.refresh(now_ns());
         if let Some(c) = clock.as_mut() {
             let now = now_ns();
@@ -115,10 +126,17 @@ pub(super) fn poller(gen: u32) {
                 POLLING.store(false, Ordering::Release);
             }
         }
-        let st = locked_poll(d, tid, false);
+        let st = locked_poll(d, tid, Lock::Try);
         if st.reported {
-            bell.ring();
+            ring_bell();
         }
+        notify::start_waiters(|lane| {
+            std::thread::Builder::new()
+                .name("freeride-wait".into())
+                .stack_size(256 << 10)
+                .spawn(move || waiter(lane, gen))
+                .is_ok()
+        });
         let now = now_ns();
         if st.changed {
             last_change = now;
@@ -128,13 +146,64 @@ pub(super) fn poller(gen: u32) {
         } else if st.polled_pending || (!notify::available(d) && any_armed()) {
             POLL_END_NS.max(fast)
         } else if notify::available(d) {
-            // Every armed pair wakes the poller (or none is armed): the safety net only.
+            // Every armed pair has a waiter (or none is armed): the safety net only.
             notify::NOTIFIED_IDLE_NS
         } else {
             slow
         };
-        notify::sleep(seq, delay);
+        notify::sleep(None, seq, delay);
     }
+}
+
+/// A lane's waiter thread ([`notify`]): reports the begins and ends of the lane's pairs as they
+/// happen. Once the lane's oldest pair has begun it blocks in `cuEventSynchronize` on its end
+/// event (blocking-sync: the thread sleeps until the GPU gets there); otherwise it sleeps on the
+/// lane's futex word, which the begin's host function bumps.
+fn waiter(lane: usize, gen: u32) {
+    let Some((d, sync)) = DRIVER.get().and_then(|d| Some((d, d.event_synchronize?))) else {
+        notify::waiter_gone(lane);
+        return;
+    };
+    if let Some(set) = d.ctx_set_current {
+        // SAFETY: making the pool's context current on this (our own) thread.
+        unsafe { set(POOL_CTX.load(Ordering::Relaxed) as *mut c_void) };
+    }
+    // SAFETY: prctl(PR_SET_TIMERSLACK) sets this thread's timer slack (1 ns): accurate wake-ups.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+    let tid = rt::THREAD.try_with(rt::tid).unwrap_or(0);
+    let me = lane as u32 + 1;
+    // The (pair, arming) last waited for: if the wait returned without its end completing (a
+    // driver error), the pair is polled from here instead of waited for again and again.
+    let mut waited = None;
+    while POOL_GEN.load(Ordering::Relaxed) == gen {
+        let seq = notify::seq(Some(lane));
+        if locked_poll(d, tid, Lock::Wait).reported {
+            ring_bell();
+        }
+        match oldest_armed(me) {
+            Some((i, arm)) if POOL[i].begin_done.load(Ordering::Relaxed) == 1 => {
+                if waited == Some((i, arm)) {
+                    notify::sleep(Some(lane), seq, POLL_SLOW_NS);
+                } else {
+                    waited = Some((i, arm));
+                    // SAFETY: real cuEventSynchronize on a pool event of the pool's context.
+                    unsafe { sync(POOL[i].ev_e.load(Ordering::Relaxed) as *mut c_void) };
+                }
+            }
+            _ => notify::sleep(Some(lane), seq, notify::NOTIFIED_IDLE_NS),
+        }
+    }
+}
+
+/// The armed pair of lane `lane` (+ 1) armed first: (index, arming sequence number).
+fn oldest_armed(lane: u32) -> Option<(usize, u64)> {
+    POOL.iter()
+        .enumerate()
+        .filter(|(_, p)| {
+            p.state.load(Ordering::Acquire) == ARMED && p.lane.load(Ordering::Relaxed) == lane
+        })
+        .map(|(i, p)| (i, p.arm_seq.load(Ordering::Relaxed)))
+        .min_by_key(|&(_, arm)| arm)
 }
 
 /// What one poll saw.
@@ -150,29 +219,42 @@ pub(super) struct Polled {
     reported: bool,
 }
 
-/// One poll under the poll flag. `wait`: wait (bounded) for a poll in progress elsewhere.
-pub(super) fn locked_poll(d: &Driver, tid: u32, wait: bool) -> Polled {
+/// How [`locked_poll`] takes the poll flag.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Lock {
+    /// Skip the poll if another thread is polling (the poller: it comes back soon).
+    Try,
+    /// Wait for it (a waiter: it must not miss what it was woken for).
+    Wait,
+    /// Wait at most 50 ms, then poll anyway (at exit: the holder may be stuck).
+    Flush,
+}
+
+/// One poll under the poll flag.
+pub(super) fn locked_poll(d: &Driver, tid: u32, lock: Lock) -> Polled {
     let t0 = now_ns();
     while POLLING.swap(true, Ordering::Acquire) {
-        if !wait || now_ns().saturating_sub(t0) > 50_000_000 {
-            if wait {
-                break; // The holder is stuck (exiting?): poll anyway.
+        match lock {
+            Lock::Try => {
+                return Polled {
+                    polled_pending: true,
+                    begin_pending: true,
+                    ..Polled::default()
+                }
             }
-            return Polled {
-                polled_pending: true,
-                begin_pending: true,
-                ..Polled::default()
-            };
+            Lock::Flush if now_ns().saturating_sub(t0) > 50_000_000 => break,
+            Lock::Flush => std::thread::yield_now(),
+            // The holder may be anchoring (a millisecond at most): sleep, do not spin.
+            Lock::Wait => std::thread::sleep(std::time::Duration::from_micros(20)),
         }
-        std::thread::yield_now();
     }
     let r = poll_once(d, tid, notify::available(d));
     POLLING.store(false, Ordering::Release);
     r
 }
 
-/// One look at every armed pair: reports the begins and ends that completed. `woken`: the driver
-/// wakes the poller for pairs armed with wake-ups ([`notify`]).
+/// One look at every armed pair: reports the begins and ends that completed. `woken`: pairs on a
+/// lane with a running waiter are that waiter's ([`notify`]); the others are polled.
 fn poll_once(d: &Driver, tid: u32, woken: bool) -> Polled {
     let mut r = Polled::default();
     let Some(query) = d.event_query else {
@@ -186,7 +268,7 @@ fn poll_once(d: &Driver, tid: u32, woken: bool) -> Polled {
         if p.seen.swap(1, Ordering::Relaxed) == 0 {
             r.changed = true;
         }
-        let polled = !woken || p.notified.load(Ordering::Relaxed) == 0;
+        let polled = !woken || !notify::waited(p.lane.load(Ordering::Relaxed));
         let now = now_ns();
         let queued = p.queued.load(Ordering::Relaxed);
         // The event's time: GPU clock via the anchor, else the poll midpoint.

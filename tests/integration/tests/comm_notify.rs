@@ -1,5 +1,6 @@
-//! The driver wakes the comm poller once per event (`cuLaunchHostFunc` on a private stream after
-//! a wait for the event): a comm begin or end reaches the ring soon after it happened on the GPU
+//! The driver wakes freeride's comm threads once per event (an op's begin: a host function the
+//! hook queued on a private stream behind a wait for the begin event; its end: a blocking-sync
+//! `cuEventSynchronize`): a comm begin or end reaches the ring soon after it happened on the GPU
 //! even when the poller's timer fallback would poll only every 100 ms. A reader that drains the
 //! rings of a running pipesim job every millisecond (as the agent does) sees each record arrive;
 //! the delay from the record's GPU time to its arrival must be far below the 100 ms polling would
