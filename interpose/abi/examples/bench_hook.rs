@@ -10,8 +10,8 @@
 //!   waits for a core is not its launches' cost. A round's figure is the mean over its threads;
 //!   the best of `rounds` rounds is reported (the least disturbed by the rest of the machine).
 //! * A consumer thread drains the ring with the agent's reader (`RingReader::poll`), sleeping
-//!   50 µs when it finds it empty, as the agent polls; every phase starts with the ring drained.
-//!   `dropped` counts records lost to a full ring (0 in a valid run).
+//!   50 µs when it finds it empty, as the agent polls; every round starts with the ring drained.
+//!   `dropped` counts records the ring lost (full, or a producer that lost 256 claims in a row).
 //! * The clock: `clock::ThreadClock::now` (the hook's clock: the same code, built from this tree,
 //!   with this process's own calibration; `abi_clock` says whether it reached the TSC) and
 //!   `clock_gettime(CLOCK_MONOTONIC)` (the hook's clock before), per read.
@@ -25,6 +25,7 @@
 //!                                callgrind's instruction counts)
 use freeride_abi::clock::{self, ThreadClock};
 use freeride_abi::reader::RingReader;
+use freeride_abi::Kind;
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
@@ -142,10 +143,12 @@ fn start_consumer(dir: &std::path::Path) -> Result<Consumer, String> {
         let mut buf = Vec::with_capacity(4096);
         while !s.load(Ordering::Relaxed) {
             buf.clear();
-            let st = reader.poll(4096, &mut buf);
-            c.fetch_add(st.records, Ordering::Relaxed);
+            reader.poll(4096, &mut buf);
+            // Launches only: the process start and the drop reports are not the benchmark's.
+            let launches = buf.iter().filter(|e| e.kind == Kind::Launch).count();
+            c.fetch_add(launches as u64, Ordering::Relaxed);
             d.store(reader.info().dropped, Ordering::Relaxed);
-            if st.records == 0 {
+            if buf.is_empty() {
                 std::thread::sleep(std::time::Duration::from_micros(50));
             }
         }
@@ -265,7 +268,7 @@ fn run() -> Result<(), String> {
     let dir = std::env::var_os("FREERIDE_DIR").ok_or("bench_hook: FREERIDE_DIR not set")?;
     call(fns.hooked, 0); // the process's lazy initialization (ring creation) outside the timing
     let cons = start_consumer(std::path::Path::new(&dir))?;
-    let mut pushed = 2u64; // process start + the first launch
+    let mut pushed = 1u64; // the first launch
     let mut rows = Vec::new();
     for threads in [1usize, 2, 4] {
         let dropped_before = cons.dropped.load(Ordering::Relaxed);

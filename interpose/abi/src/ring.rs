@@ -29,7 +29,10 @@
 //! on `head`, writes the record words and publishes with `seq = pos + 1` (release). If
 //! `seq < pos` the ring is full: the record is dropped and `dropped` incremented (the producer
 //! never waits). The consumer at `tail = pos` takes the slot when `seq == pos + 1`, copies the
-//! words, then frees it with `seq = pos + capacity` and advances `tail`.
+//! words, then frees it with `seq = pos + capacity` and advances `tail`. A producer whose CAS
+//! failed (another producer claimed `pos` first) claims with an atomic add on `head` instead,
+//! while `head - tail` is below half the capacity (every slot there is free): producers never
+//! lose records to one another, only to a full ring.
 //!
 //! The `gate_*` words (zero in a trainer's ring, and in rings of builds before them: readers of
 //! layout version 1 ignore them) are how the agent's watchdog sees a side task's GPU work that
@@ -292,6 +295,18 @@ impl RingView {
     #[inline(never)]
     fn push_contended(&self, rec: &Record) -> bool {
         let h = self.header();
+        // While the ring is at most half full, claim by atomic add: a claim that cannot lose to
+        // other producers (a compare-and-swap can, over and over, to a thread that keeps the
+        // head's cache line), and every position within half a ring of the consumer's `tail` is
+        // free (the consumer frees a slot before it moves `tail` past it; producers in flight
+        // are far fewer than half a ring). Garbage in the file can make this overwrite a slot
+        // the consumer has not read: a lost or garbled record, never an access out of bounds.
+        let tail = h.tail.load(Ordering::Acquire);
+        if h.head.load(Ordering::Relaxed).wrapping_sub(tail) < self.capacity / 2 {
+            let pos = h.head.fetch_add(1, Ordering::Relaxed);
+            Self::commit(self.slot(pos), pos, rec);
+            return true;
+        }
         let mut pos = h.head.load(Ordering::Relaxed);
         let mut tries = 0;
         loop {
