@@ -19,18 +19,7 @@ const FALLBACK_POLL_NS: i64 = 100_000_000;
 
 #[test]
 fn comm_begins_and_ends_arrive_without_waiting_for_a_poll() {
-    let root = PathBuf::from(format!(
-        "/dev/shm/freeride-comm-notify-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&root);
-    let session = root.join("session");
-    std::fs::create_dir_all(&session).unwrap();
-    std::fs::set_permissions(
-        &session,
-        std::os::unix::fs::PermissionsExt::from_mode(0o700),
-    )
-    .unwrap();
+    let (root, session) = freeride_tests::shm_session("comm-notify");
     let stop = Arc::new(AtomicBool::new(false));
     let reader = {
         let (stop, session) = (stop.clone(), session.clone());

@@ -44,18 +44,7 @@ struct Outcome {
 
 /// Runs two processes at once with `env`, checks every record against the truth.
 fn run(name: &str, env: &[(&str, &str)]) -> Outcome {
-    let root = PathBuf::from(format!(
-        "/dev/shm/freeride-hook-clock-{}-{name}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&root);
-    let session = root.join("session");
-    std::fs::create_dir_all(&session).unwrap();
-    std::fs::set_permissions(
-        &session,
-        std::os::unix::fs::PermissionsExt::from_mode(0o700),
-    )
-    .unwrap();
+    let (root, session) = freeride_tests::shm_session(&format!("hook-clock-{name}"));
     let truth = root.join("truth.jsonl");
     let trace = root.join("trace.jsonl");
     let standins = pipesim::standins::ensure_dir().unwrap();
