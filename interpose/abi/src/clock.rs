@@ -21,16 +21,16 @@
 //!
 //! The TSC is used only where the kernel itself trusts it: x86-64, the kernel's clocksource is
 //! `tsc` (it checked that the counter is invariant and synchronized across CPUs, and it switches
-//! away from a counter its watchdog finds unstable) and `/proc/cpuinfo` lists `constant_tsc` and
-//! `nonstop_tsc`. Anywhere else, with `FREERIDE_CLOCK=monotonic`, before [`start`] and until the
+//! away from a counter its watchdog finds unstable), `/proc/cpuinfo` lists `constant_tsc` and
+//! `nonstop_tsc`, and the process may read it (`PR_GET_TSC`). Anywhere else, with `FREERIDE_CLOCK=monotonic`, before [`start`] and until the
 //! first rate estimate, every read is `clock_gettime` (exact, the old cost). A re-anchor that finds
 //! the extrapolation more than [`MAX_DRIFT_NS`] off the clock (a TSC that jumped or changed its
 //! rate) turns the TSC off for the rest of the process.
 //!
 //! Hot path ([`ThreadClock::now`]): one `rdtsc`, loads from the thread's own state, a multiply, a
 //! compare. No atomic, no lock, no system call. The slow path (a re-anchor, about once a
-//! millisecond per thread) adds a vDSO `clock_gettime` and two atomic loads; it calibrates under a
-//! claim flag that is never waited for.
+//! millisecond per thread) adds two vDSO `clock_gettime`s and a few atomics; it calibrates under
+//! a claim flag that is never waited for.
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
@@ -132,7 +132,16 @@ fn tsc_trusted() -> bool {
     let source =
         std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
             .unwrap_or_default();
-    source.trim() == "tsc" && cpu_flags_have(&["constant_tsc", "nonstop_tsc"])
+    source.trim() == "tsc" && cpu_flags_have(&["constant_tsc", "nonstop_tsc"]) && tsc_readable()
+}
+
+/// Whether this process may execute `rdtsc` (a sandbox or a record/replay tool can make it fault
+/// with `prctl(PR_SET_TSC, PR_TSC_SIGSEGV)`).
+fn tsc_readable() -> bool {
+    let mut state: libc::c_int = 0;
+    // SAFETY: PR_GET_TSC writes one int through the pointer we pass, to our own local.
+    let r = unsafe { libc::prctl(libc::PR_GET_TSC, &mut state as *mut libc::c_int) };
+    r == 0 && state == libc::PR_TSC_ENABLE
 }
 
 /// Whether the first `flags` line of `/proc/cpuinfo` lists all of `want`.
@@ -157,9 +166,9 @@ fn cpu_flags_have(want: &[&str]) -> bool {
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn rdtsc() -> u64 {
-    // SAFETY: rdtsc reads the time-stamp counter; it has no memory effects and is always
-    // available on x86-64 (user mode: the kernel leaves CR4.TSD clear where it uses the TSC
-    // as its clocksource, which `start` checks before any value is used).
+    // SAFETY: rdtsc reads the time-stamp counter; it has no memory effects and exists on every
+    // x86-64 CPU. It runs only once `start` found it allowed in user mode for this process
+    // (PR_GET_TSC) and trusted (see `tsc_trusted`).
     unsafe { core::arch::x86_64::_rdtsc() }
 }
 
@@ -208,21 +217,26 @@ struct Pair {
 /// interrupted (or a first `clock_gettime` faulted its pages in).
 fn pair(tries: u32) -> Option<Pair> {
     let mut best: Option<Pair> = None;
+    let mut kept = 0;
+    // A few more attempts than pairs wanted, for the ones too wide to keep.
     for _ in 0..tries + 2 {
         let a = rdtsc();
         let ns = crate::now_ns();
         let b = rdtsc_after();
         let w = b.wrapping_sub(a);
         let tightest = TIGHTEST.fetch_min(w, Ordering::Relaxed).min(w);
-        if w <= PAIR_MAX_TICKS.max(tightest.saturating_mul(4)) && best.is_none_or(|p| w < p.w) {
-            best = Some(Pair {
-                tsc: a + w / 2,
-                ns,
-                w,
-            });
-        }
-        if best.is_some_and(|_| tries <= 1) {
-            break;
+        if w <= PAIR_MAX_TICKS.max(tightest.saturating_mul(4)) {
+            kept += 1;
+            if best.is_none_or(|p| w < p.w) {
+                best = Some(Pair {
+                    tsc: a + w / 2,
+                    ns,
+                    w,
+                });
+            }
+            if kept >= tries {
+                break;
+            }
         }
     }
     best
@@ -304,11 +318,16 @@ impl ThreadClock {
     /// `CLOCK_MONOTONIC` nanoseconds (see the module docs for the error bound). Hot path.
     #[inline(always)]
     pub fn now(&self) -> u64 {
-        let d = rdtsc().wrapping_sub(self.tsc0.get());
-        if d < self.limit.get() {
-            // d < limit ~ REANCHOR_NS in ticks: d x mult ~ 2^52, no overflow at any TSC rate.
-            let v = self.ns0.get() + ((d * self.mult.get()) >> 32);
-            return v.max(self.floor.get());
+        // No `rdtsc` at all without an anchor: a process that made it fault (PR_SET_TSC) before
+        // [`start`] looked never gets one.
+        let limit = self.limit.get();
+        if limit != 0 {
+            let d = rdtsc().wrapping_sub(self.tsc0.get());
+            if d < limit {
+                // d < limit ~ REANCHOR_NS in ticks: d x mult ~ 2^52, no overflow at any rate.
+                let v = self.ns0.get() + ((d * self.mult.get()) >> 32);
+                return v.max(self.floor.get());
+            }
         }
         self.reanchor()
     }

@@ -63,13 +63,13 @@ pub const STATE_EXITED: u32 = 2;
 pub const FEATURE_RINGS_DOORBELL: u32 = 1;
 
 /// `features` bit, set at exit: this process's hook clock was reading the calibrated TSC
-/// ([`crate::clock`]) rather than `clock_gettime`. Informative: `t_ns` is `CLOCK_MONOTONIC` either way.
+/// ([`crate::clock`]) rather than `clock_gettime`. Informative: `t_ns` is `CLOCK_MONOTONIC`
+/// either way.
 pub const FEATURE_TSC_CLOCK: u32 = 2;
 
-/// Max attempts of a producer before it drops the record. Each failed attempt means another
-/// producer claimed a slot meanwhile (or the file holds garbage), so this bounds only how long
-/// one producer can lose to others; 16 was too few for two threads launching back to back (the
-/// one holding the head's cache line wins again and again: 1 record in 50000 was dropped).
+/// Max attempts of a producer before it drops the record, once the ring is more than half full
+/// (below that a failed claim is retried by atomic add, which cannot lose). Each failed attempt
+/// means another producer claimed a slot meanwhile (or the file holds garbage).
 const PUSH_RETRIES: u32 = 256;
 
 #[repr(C, align(64))]
@@ -297,15 +297,25 @@ impl RingView {
         let h = self.header();
         // While the ring is at most half full, claim by atomic add: a claim that cannot lose to
         // other producers (a compare-and-swap can, over and over, to a thread that keeps the
-        // head's cache line), and every position within half a ring of the consumer's `tail` is
-        // free (the consumer frees a slot before it moves `tail` past it; producers in flight
-        // are far fewer than half a ring). Garbage in the file can make this overwrite a slot
-        // the consumer has not read: a lost or garbled record, never an access out of bounds.
-        let tail = h.tail.load(Ordering::Acquire);
-        if h.head.load(Ordering::Relaxed).wrapping_sub(tail) < self.capacity / 2 {
+        // head's cache line). A position less than a ring ahead of the consumer's `tail` is free
+        // (the consumer frees a slot before it moves `tail` past it). Should the ring have filled
+        // between the look and the claim (this thread descheduled meanwhile, half a ring pushed
+        // by others, the consumer stalled), the position is left uncommitted and the record
+        // counted dropped: the consumer skips the slot after its stuck timeout, as it does a
+        // producer's that died mid-push. Garbage in the file costs records, never an access out
+        // of bounds.
+        if h.head
+            .load(Ordering::Relaxed)
+            .wrapping_sub(h.tail.load(Ordering::Acquire))
+            < self.capacity / 2
+        {
             let pos = h.head.fetch_add(1, Ordering::Relaxed);
-            Self::commit(self.slot(pos), pos, rec);
-            return true;
+            if pos.wrapping_sub(h.tail.load(Ordering::Acquire)) < self.capacity {
+                Self::commit(self.slot(pos), pos, rec);
+                return true;
+            }
+            h.dropped.fetch_add(1, Ordering::Relaxed);
+            return false;
         }
         let mut pos = h.head.load(Ordering::Relaxed);
         let mut tries = 0;
