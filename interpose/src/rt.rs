@@ -4,8 +4,9 @@
 //! (recording) or `OFF` (pass-through: nothing to record to, or disabled). A fork child is put
 //! back to `UNINIT` (new pid -> new ring). Nothing here runs in a constructor or inside dlsym.
 use crate::{comm, trace};
+use freeride_abi::clock::{self, ThreadClock};
 use freeride_abi::ring::{self, Geometry, RingView};
-use freeride_abi::{cpu, env, now_ns, session, Api, Kind, Record, Role};
+use freeride_abi::{cpu, env, session, Api, Kind, Record, Role};
 use std::cell::Cell;
 use std::sync::atomic::{
     AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering,
@@ -47,6 +48,8 @@ pub struct Thread {
     /// Side tasks only: in-flight slot + 1 of the launch the gate just admitted (0 = none); its
     /// completion event is recorded when the hook's guard is dropped, after the real launch.
     pub gate_slot: Cell<u32>,
+    /// The hook clock's anchor ([`freeride_abi::clock`]).
+    pub clock: ThreadClock,
 }
 
 thread_local! {
@@ -63,8 +66,22 @@ thread_local! {
             group_queued: Cell::new(0),
             in_nccl: Cell::new(0),
             gate_slot: Cell::new(0),
+            clock: ThreadClock::new(),
         }
     };
+}
+
+/// Runs `f` on the calling thread's [`Thread`] (None only if its thread-local storage is gone).
+/// The closure given to `try_with` only takes the address, so it always inlines: a hook pays one
+/// thread-local look-up (`__tls_get_addr` in a shared library), which the compiler then shares
+/// between the guard, the clock and the record.
+#[inline(always)]
+fn with_thread<R>(f: impl FnOnce(&Thread) -> R) -> Option<R> {
+    let p = THREAD.try_with(|t| t as *const Thread).ok()?;
+    // SAFETY: p is this thread's THREAD: const-initialized and without a destructor, it stays
+    // valid for as long as the thread runs, and `f` runs now, on this thread (`&Thread` is not
+    // Send: Thread holds Cells).
+    Some(f(unsafe { &*p }))
 }
 
 /// Proof that this thread entered a hook; clears the guard when dropped.
@@ -73,7 +90,7 @@ pub struct Entered(());
 impl Drop for Entered {
     #[inline(always)]
     fn drop(&mut self) {
-        let _ = THREAD.try_with(|t| {
+        with_thread(|t| {
             let slot = t.gate_slot.get();
             if slot != 0 {
                 t.gate_slot.set(0);
@@ -87,17 +104,15 @@ impl Drop for Entered {
 /// Enters the hook on this thread, or `None` if it is already inside one (pass through).
 #[inline(always)]
 pub fn enter() -> Option<Entered> {
-    THREAD
-        .try_with(|t| {
-            if t.busy.get() {
-                None
-            } else {
-                t.busy.set(true);
-                Some(Entered(()))
-            }
-        })
-        .ok()
-        .flatten()
+    with_thread(|t| {
+        if t.busy.get() {
+            None
+        } else {
+            t.busy.set(true);
+            Some(Entered(()))
+        }
+    })
+    .flatten()
 }
 
 /// The one atomic check of the hook path: is this process recording? Initializes on first use.
@@ -246,25 +261,45 @@ pub fn invalidate_device() {
     let _ = THREAD.try_with(|t| t.dev.set(-2));
 }
 
+/// The hook clock: `CLOCK_MONOTONIC` nanoseconds from the calling thread's calibrated TSC anchor
+/// ([`freeride_abi::clock`]; `clock_gettime` where the TSC is not in use). Hook path.
+#[inline(always)]
+pub fn now_ns() -> u64 {
+    with_thread(|t| t.clock.now()).unwrap_or_else(freeride_abi::now_ns)
+}
+
 /// Records an event of the calling thread (the caller holds [`Entered`]).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub fn record(kind: Kind, api: Api, t_ns: u64, stream: u64, aux: u32, flags: u8, p: [u64; 3]) {
-    let _ = THREAD.try_with(|t| {
-        let rec = Record {
-            t_ns,
-            kind: kind as u8,
-            flags,
-            api: api as u16,
-            device: device(t),
-            tid: tid(t),
-            aux,
-            stream,
-            p0: p[0],
-            p1: p[1],
-            p2: p[2],
-        };
-        push(&rec);
+    with_thread(|t| record_on(t, kind, api, t_ns, stream, aux, flags, p));
+}
+
+/// [`record`] with the thread's state in hand: the one push of every record kind.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn record_on(
+    t: &Thread,
+    kind: Kind,
+    api: Api,
+    t_ns: u64,
+    stream: u64,
+    aux: u32,
+    flags: u8,
+    p: [u64; 3],
+) {
+    push(&Record {
+        t_ns,
+        kind: kind as u8,
+        flags,
+        api: api as u16,
+        device: device(t),
+        tid: tid(t),
+        aux,
+        stream,
+        p0: p[0],
+        p1: p[1],
+        p2: p[2],
     });
 }
 
@@ -275,42 +310,50 @@ pub struct NcclScope(());
 impl Drop for NcclScope {
     #[inline(always)]
     fn drop(&mut self) {
-        let _ = THREAD.try_with(|t| t.in_nccl.set(t.in_nccl.get().saturating_sub(1)));
+        with_thread(|t| t.in_nccl.set(t.in_nccl.get().saturating_sub(1)));
     }
 }
 
 /// Enters a hooked NCCL call's real work (see [`NcclScope`]).
 #[inline(always)]
 pub fn nccl_scope() -> NcclScope {
-    let _ = THREAD.try_with(|t| t.in_nccl.set(t.in_nccl.get() + 1));
+    with_thread(|t| t.in_nccl.set(t.in_nccl.get() + 1));
     NcclScope(())
 }
 
-/// Records a kernel launch (hook path).
+/// Records a kernel launch (hook path): one thread-local access, the clock, one push.
 #[inline(always)]
 pub fn launch(api: Api, stream: u64, func: u64, grid: [u32; 3], block: [u32; 3], shmem: u32) {
     if !active() {
         return;
     }
-    let t = now_ns();
-    let in_nccl = THREAD.try_with(|t| t.in_nccl.get() > 0).unwrap_or(false);
-    record(
-        Kind::Launch,
-        api,
-        t,
-        stream,
-        shmem,
-        if in_nccl {
-            freeride_abi::event::LAUNCH_FLAG_COMM
-        } else {
-            0
+    with_thread(
+        // Without this the closure is compiled once in this module and called, not inlined into
+        // each wrapper (another codegen unit): a call and spilled arguments on every launch.
+        #[inline(always)]
+        |t| {
+            let flags = if t.in_nccl.get() > 0 {
+                freeride_abi::event::LAUNCH_FLAG_COMM
+            } else {
+                0
+            };
+            record_on(
+                t,
+                Kind::Launch,
+                api,
+                t.clock.now(),
+                stream,
+                shmem,
+                flags,
+                [
+                    func,
+                    grid[0] as u64 | (grid[1] as u64) << 32,
+                    grid[2] as u64
+                        | (freeride_abi::event::pack_block(block[0], block[1], block[2]) as u64)
+                            << 32,
+                ],
+            )
         },
-        [
-            func,
-            grid[0] as u64 | (grid[1] as u64) << 32,
-            grid[2] as u64
-                | (freeride_abi::event::pack_block(block[0], block[1], block[2]) as u64) << 32,
-        ],
     );
     if is_sidetask() {
         crate::gate::before_launch(api, stream, func);
@@ -345,8 +388,10 @@ fn init() {
         // Another thread is initializing: wait for it (once per thread), never forever (it could
         // be blocked on something this thread holds, e.g. the loader lock). Sleep rather than
         // yield: many threads yielding at once on a small machine starve the initializing one.
-        let t0 = now_ns();
-        while STATE.load(Ordering::Acquire) == INITING && now_ns() - t0 < INIT_WAIT_MAX_NS {
+        let t0 = freeride_abi::now_ns();
+        while STATE.load(Ordering::Acquire) == INITING
+            && freeride_abi::now_ns() - t0 < INIT_WAIT_MAX_NS
+        {
             std::thread::sleep(std::time::Duration::from_micros(100));
         }
         return;
@@ -394,7 +439,9 @@ fn do_init() -> u8 {
         .ok()
         .and_then(|r| Role::parse(&r))
         .unwrap_or(Role::Trainer);
-    let start = now_ns();
+    // The hook clock: TSC or clock_gettime, and the calibration's first pair.
+    clock::start();
+    let start = freeride_abi::now_ns();
     let cap = ring::clamp_capacity(
         std::env::var(env::RING_CAPACITY)
             .ok()
@@ -532,6 +579,7 @@ extern "C" fn atfork_child() {
     PROC_DEVICE.store(-1, Ordering::Relaxed);
     trace::reset_after_fork();
     comm::reset_after_fork();
+    clock::reset_after_fork();
     crate::gate::reset_after_fork();
     STATE.store(UNINIT, Ordering::Release);
 }
@@ -566,6 +614,9 @@ extern "C" fn at_exit() {
             ..Default::default()
         })
     });
+    if clock::mode() == clock::Mode::Tsc {
+        set_ring_feature(ring::FEATURE_TSC_CLOCK, true);
+    }
     if let Some(v) = shm_view() {
         v.header()
             .state

@@ -8,12 +8,14 @@
 //! * the JSON-lines form of an event used by `FREERIDE_TRACE` ([`json`]);
 //! * a safe reader for the agent that validates every byte it reads from shared memory ([`reader`]);
 //! * the per-GPU grant control block of the side-task gate ([`grant`]);
+//! * the hook path's clock: `CLOCK_MONOTONIC` ns from the calibrated TSC ([`clock`]);
 //! * the CPU priority side tasks take ([`cpu`]);
 //! * the session doorbell that wakes the agent ([`doorbell`]);
 //! * folders that must not outlive their process, for tests and tools ([`scratch`]).
 //!
 //! Everything in shared memory is little-endian, fixed-size, and only ever accessed through atomics,
 //! so a hostile or corrupt writer can make a reader see garbage values but never crash it.
+pub mod clock;
 pub mod cpu;
 pub mod doorbell;
 pub mod event;
@@ -45,11 +47,18 @@ pub mod env {
     pub const RING_CAPACITY: &str = "FREERIDE_RING_CAPACITY";
     /// `0` disables the GPU-side communication timing (driver events + poller thread).
     pub const COMM_TIMING: &str = "FREERIDE_COMM_TIMING";
-    /// Poll interval of the comm-timing poller while ops are in flight, µs (default 50; idle 4x).
+    /// `0`: the comm poller polls on a timer instead of being woken by the driver once per event
+    /// (`cuLaunchHostFunc` on a private stream), for A/B measurements.
+    pub const COMM_NOTIFY: &str = "FREERIDE_COMM_NOTIFY";
+    /// Fastest poll interval of the comm-timing poller, µs (default 100), where the driver does
+    /// not wake it ([`COMM_NOTIFY`]).
     pub const POLL_US: &str = "FREERIDE_POLL_US";
     /// Read by the agent: `0` keeps it polling at its fixed interval between bubbles too, instead
     /// of sleeping on the session doorbell ([`crate::doorbell`]) there (A/B measurements).
     pub const DOORBELL: &str = "FREERIDE_DOORBELL";
+    /// `monotonic`: the hooks read `clock_gettime` instead of the calibrated TSC
+    /// ([`crate::clock`]), for A/B measurements or a TSC not to be trusted.
+    pub const CLOCK: &str = "FREERIDE_CLOCK";
     /// `1` disables all recording (pure pass-through), for A/B measurements.
     pub const DISABLE: &str = "FREERIDE_DISABLE";
     /// Set by `freeride run` to the session directory it already reported as unusable: the

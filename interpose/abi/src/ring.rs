@@ -14,7 +14,7 @@
 //! | 32 | 8 | `start_ns` (CLOCK_MONOTONIC when the ring was made; instance id with `pid`) |
 //! | 40 | 4 | `device` (i32, first CUDA device seen, -1 unknown) |
 //! | 44 | 4 | `state` ([`STATE_LIVE`], [`STATE_EXITED`]) |
-//! | 48 | 4 | `features`: bits the writer sets when it starts doing something readers can rely on ([`FEATURE_RINGS_DOORBELL`]) |
+//! | 48 | 4 | `features`: bits the writer sets when it starts doing something readers can rely on ([`FEATURE_RINGS_DOORBELL`], [`FEATURE_TSC_CLOCK`]) |
 //! | 64 | 8 | `head`: producers' reservation cursor |
 //! | 128 | 8 | `tail`: consumer cursor (written by the agent) |
 //! | 192 | 8 | `dropped`: records lost because the ring was full |
@@ -29,7 +29,10 @@
 //! on `head`, writes the record words and publishes with `seq = pos + 1` (release). If
 //! `seq < pos` the ring is full: the record is dropped and `dropped` incremented (the producer
 //! never waits). The consumer at `tail = pos` takes the slot when `seq == pos + 1`, copies the
-//! words, then frees it with `seq = pos + capacity` and advances `tail`.
+//! words, then frees it with `seq = pos + capacity` and advances `tail`. A producer whose CAS
+//! failed (another producer claimed `pos` first) claims with an atomic add on `head` instead,
+//! while `head - tail` is below half the capacity (every slot there is free): producers never
+//! lose records to one another, only to a full ring.
 //!
 //! The `gate_*` words (zero in a trainer's ring, and in rings of builds before them: readers of
 //! layout version 1 ignore them) are how the agent's watchdog sees a side task's GPU work that
@@ -59,8 +62,15 @@ pub const STATE_EXITED: u32 = 2;
 /// ([`crate::doorbell`]) whenever it pushes a comm begin or end.
 pub const FEATURE_RINGS_DOORBELL: u32 = 1;
 
-/// Max CAS attempts of a producer before it drops the record.
-const PUSH_RETRIES: u32 = 16;
+/// `features` bit, set at exit: this process's hook clock was reading the calibrated TSC
+/// ([`crate::clock`]) rather than `clock_gettime`. Informative: `t_ns` is `CLOCK_MONOTONIC`
+/// either way.
+pub const FEATURE_TSC_CLOCK: u32 = 2;
+
+/// Max attempts of a producer before it drops the record, once the ring is more than half full
+/// (below that a failed claim is retried by atomic add, which cannot lose). Each failed attempt
+/// means another producer claimed a slot meanwhile (or the file holds garbage).
+const PUSH_RETRIES: u32 = 256;
 
 #[repr(C, align(64))]
 pub struct RingHeader {
@@ -184,6 +194,7 @@ impl RingView {
     /// # Safety
     /// `base` must point to a mapping of at least `file_size(geom.capacity)` bytes, aligned to 64,
     /// that stays mapped for as long as the view (and its copies) are used.
+    #[inline]
     pub unsafe fn new(base: *mut u8, geom: Geometry) -> RingView {
         RingView {
             base,
@@ -192,10 +203,12 @@ impl RingView {
         }
     }
 
+    #[inline]
     pub fn base(&self) -> *mut u8 {
         self.base
     }
 
+    #[inline]
     pub fn capacity(&self) -> u64 {
         self.capacity
     }
@@ -245,9 +258,65 @@ impl RingView {
 
     /// Multi-producer push. Lock-free, no system call, never waits: returns false (and counts
     /// the record in `dropped`) when the ring is full or contended beyond a few retries.
+    /// The uncontended case (the slot at `head` is free and the claim succeeds first time) is
+    /// inlined; retries are out of line.
     #[inline(always)]
     pub fn push(&self, rec: &Record) -> bool {
         let h = self.header();
+        let pos = h.head.load(Ordering::Relaxed);
+        let slot = self.slot(pos);
+        if slot.seq.load(Ordering::Acquire) == pos
+            && h.head
+                .compare_exchange(
+                    pos,
+                    pos.wrapping_add(1),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+        {
+            Self::commit(slot, pos, rec);
+            return true;
+        }
+        self.push_contended(rec)
+    }
+
+    /// Writes the record words into the claimed slot and publishes it.
+    #[inline(always)]
+    fn commit(slot: &Slot, pos: u64, rec: &Record) {
+        let w = rec.encode();
+        for (dst, v) in slot.words.iter().zip(w) {
+            dst.store(v, Ordering::Relaxed);
+        }
+        slot.seq.store(pos.wrapping_add(1), Ordering::Release);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn push_contended(&self, rec: &Record) -> bool {
+        let h = self.header();
+        // While the ring is at most half full, claim by atomic add: a claim that cannot lose to
+        // other producers (a compare-and-swap can, over and over, to a thread that keeps the
+        // head's cache line). A position less than a ring ahead of the consumer's `tail` is free
+        // (the consumer frees a slot before it moves `tail` past it). Should the ring have filled
+        // between the look and the claim (this thread descheduled meanwhile, half a ring pushed
+        // by others, the consumer stalled), the position is left uncommitted and the record
+        // counted dropped: the consumer skips the slot after its stuck timeout, as it does a
+        // producer's that died mid-push. Garbage in the file costs records, never an access out
+        // of bounds.
+        if h.head
+            .load(Ordering::Relaxed)
+            .wrapping_sub(h.tail.load(Ordering::Acquire))
+            < self.capacity / 2
+        {
+            let pos = h.head.fetch_add(1, Ordering::Relaxed);
+            if pos.wrapping_sub(h.tail.load(Ordering::Acquire)) < self.capacity {
+                Self::commit(self.slot(pos), pos, rec);
+                return true;
+            }
+            h.dropped.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
         let mut pos = h.head.load(Ordering::Relaxed);
         let mut tries = 0;
         loop {
@@ -262,11 +331,7 @@ impl RingView {
                     Ordering::Relaxed,
                 ) {
                     Ok(_) => {
-                        let w = rec.encode();
-                        for (dst, v) in slot.words.iter().zip(w) {
-                            dst.store(v, Ordering::Relaxed);
-                        }
-                        slot.seq.store(pos.wrapping_add(1), Ordering::Release);
+                        Self::commit(slot, pos, rec);
                         return true;
                     }
                     Err(cur) => pos = cur,
@@ -277,6 +342,8 @@ impl RingView {
             } else {
                 pos = h.head.load(Ordering::Relaxed);
             }
+            // Let the producer that won finish its slot (and release the lines) first.
+            std::hint::spin_loop();
             tries += 1;
             if tries >= PUSH_RETRIES {
                 h.dropped.fetch_add(1, Ordering::Relaxed);
@@ -422,6 +489,40 @@ mod tests {
         assert_eq!(pushed, got);
         let dropped = r.header().dropped.load(Ordering::Relaxed);
         assert_eq!(pushed + dropped, 4 * per);
+        drop(m);
+    }
+
+    /// Producers racing for the head never lose a record to one another: with room in the ring,
+    /// every push succeeds and every record is there once, in each producer's order.
+    #[test]
+    fn contended_producers_lose_nothing() {
+        let cap = 1 << 18;
+        let mut m = mem(cap);
+        let base = m.as_mut_ptr() as usize;
+        // SAFETY: m outlives all threads (joined below).
+        let r = unsafe { RingView::new(base as *mut u8, Geometry { capacity: cap }) };
+        r.initialize(1, 0, 0);
+        let per = 30_000u64;
+        let hs: Vec<_> = (0..4u64)
+            .map(|t| std::thread::spawn(move || (0..per).all(|i| r.push(&rec(t << 32 | i)))))
+            .collect();
+        for h in hs {
+            assert!(
+                h.join().unwrap(),
+                "a push failed with the ring far from full"
+            );
+        }
+        assert_eq!(r.header().dropped.load(Ordering::Relaxed), 0);
+        let (mut cur, mut next) = (0, [0u64; 4]);
+        for _ in 0..4 * per {
+            let Pop::Record(x) = r.pop(&mut cur) else {
+                panic!("record missing at {cur}");
+            };
+            let t = (x.p0 >> 32) as usize;
+            assert_eq!(x.p0 & 0xffff_ffff, next[t], "producer {t} out of order");
+            next[t] += 1;
+        }
+        assert_eq!(r.pop(&mut cur), Pop::Empty);
         drop(m);
     }
 

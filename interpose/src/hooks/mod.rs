@@ -12,8 +12,9 @@
 //! driver's own entry points (names, versions, variants: the stand-in driver has the real ones).
 #![allow(non_snake_case)]
 
+use crate::rt::now_ns;
 use crate::{comm, dl, rt};
-use freeride_abi::{now_ns, Api, Kind};
+use freeride_abi::{Api, Kind};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 

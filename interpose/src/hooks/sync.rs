@@ -95,6 +95,7 @@ pub(super) unsafe extern "C" fn w_cuEventSynchronize(e: P) -> c_int {
     unsafe { drv_sync1(Api::CuEventSynchronize, e) }
 }
 
+/// `cuCtxSynchronize(void)`, before CUDA 13.
 pub(super) unsafe extern "C" fn w_cuCtxSynchronize() -> c_int {
     let api = Api::CuCtxSynchronize;
     let Some(real) = real_fn::<DrvSync0>(api) else {

@@ -24,6 +24,22 @@ pub fn built(name: &str) -> PathBuf {
     p
 }
 
+/// A fresh folder `/dev/shm/freeride-<tag>-<pid>` (the caller removes it; it is removed at exit
+/// too) with a session folder (mode 0700, as the interposer requires) in it: (root, session).
+pub fn shm_session(tag: &str) -> (PathBuf, PathBuf) {
+    let root = PathBuf::from(format!("/dev/shm/freeride-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    freeride_abi::scratch::remove_at_exit(&root);
+    let session = root.join("session");
+    std::fs::create_dir_all(&session).expect("session folder");
+    std::fs::set_permissions(
+        &session,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .expect("session folder mode");
+    (root, session)
+}
+
 /// Compiles `tests/cprogs/gate_side.c` (a small CUDA-runtime program: kernel loops, graphs, two
 /// GPUs, allocations) against the stand-in runtime; returns the executable. `tag` is kept for the
 /// callers (the executable is shared: see [`cprog`]).

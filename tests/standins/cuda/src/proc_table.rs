@@ -114,6 +114,12 @@ fn build() -> Vec<Entry> {
         ),
         entry!("cuStreamQuery", 2000, cuStreamQuery, cuStreamQuery_ptsz),
         entry!(
+            "cuLaunchHostFunc",
+            10000,
+            cuLaunchHostFunc,
+            cuLaunchHostFunc_ptsz
+        ),
+        entry!(
             "cuStreamWaitEvent",
             3020,
             cuStreamWaitEvent,

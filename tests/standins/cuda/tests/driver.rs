@@ -100,6 +100,7 @@ struct Api {
     mem_alloc: unsafe extern "C" fn(*mut u64, usize) -> i32,
     mem_free: unsafe extern "C" fn(u64) -> i32,
     mem_get_info: unsafe extern "C" fn(*mut usize, *mut usize) -> i32,
+    launch_host_func: unsafe extern "C" fn(P, Option<unsafe extern "C" fn(P)>, P) -> i32,
 }
 
 #[repr(C)]
@@ -167,6 +168,11 @@ impl Api {
             mem_alloc: f!(cu, "cuMemAlloc", fn(*mut u64, usize)),
             mem_free: f!(cu, "cuMemFree", fn(u64)),
             mem_get_info: f!(cu, "cuMemGetInfo", fn(*mut usize, *mut usize)),
+            launch_host_func: f!(
+                cu,
+                "cuLaunchHostFunc",
+                fn(P, Option<unsafe extern "C" fn(P)>, P)
+            ),
         }
     }
 }
@@ -380,6 +386,7 @@ fn child() {
         "lone" => scenario_lone(),
         "queue_depth" => scenario_queue_depth(),
         "held_off" => scenario_held_off(),
+        "host_func" => scenario_host_func(),
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -557,6 +564,38 @@ fn scenario_held_off() {
         std::thread::sleep(Duration::from_millis(1));
     }
     ok!((d.api.stream_synchronize)(s));
+}
+
+/// (entered, left) of `host_fn`, CLOCK_MONOTONIC ns.
+static HOST_FN_TIMES: [std::sync::atomic::AtomicU64; 2] = [
+    std::sync::atomic::AtomicU64::new(0),
+    std::sync::atomic::AtomicU64::new(0),
+];
+
+unsafe extern "C" fn host_fn(data: P) {
+    HOST_FN_TIMES[0].store(simgpu::abi::now_ns(), std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(data as usize, 0x5eed, "user data");
+    std::thread::sleep(Duration::from_millis(30));
+    HOST_FN_TIMES[1].store(simgpu::abi::now_ns(), std::sync::atomic::Ordering::SeqCst);
+}
+
+/// A 50 ms kernel, a host function that takes 30 ms, a 10 ms kernel, on one stream.
+fn scenario_host_func() {
+    let d = Drv::new();
+    let s = d.stream();
+    d.launch("before_host", 50_000_000, s);
+    ok!((d.api.launch_host_func)(s, Some(host_fn), 0x5eed as P));
+    d.launch("after_host", 10_000_000, s);
+    // SAFETY: no callback for a null function.
+    assert_eq!(
+        unsafe { (d.api.launch_host_func)(s, None, std::ptr::null_mut()) },
+        1,
+        "CUDA_ERROR_INVALID_VALUE"
+    );
+    ok!((d.api.stream_synchronize)(s));
+    let [a, b] = &HOST_FN_TIMES;
+    let o = std::sync::atomic::Ordering::SeqCst;
+    println!("host_fn={},{}", a.load(o), b.load(o));
 }
 
 fn scenario_two_streams() {
@@ -1150,6 +1189,39 @@ fn stream_order_and_events() {
     let (a, b) = (find(&t, "first"), find(&t, "second"));
     assert!(span(a).1 <= span(b).0, "in-order stream");
     assert!(span(a).1 - span(a).0 >= 200_000_000);
+}
+
+#[test]
+fn host_function_runs_in_stream_order() {
+    let sb = Sandbox::new("host-func");
+    let out = sb.cmd("host_func", &[]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let times = text
+        .lines()
+        .find_map(|l| l.split("host_fn=").nth(1))
+        .unwrap();
+    let t: Vec<u64> = times
+        .split(',')
+        .map(|v| v.trim().parse().unwrap())
+        .collect();
+    let tr = trace_lines(&sb.trace());
+    let (before, after) = (
+        span(find(&tr, "before_host")),
+        span(find(&tr, "after_host")),
+    );
+    assert!(
+        t[0] >= before.1,
+        "the host function ran before the kernel queued ahead ended"
+    );
+    assert!(
+        after.0 >= t[1],
+        "the kernel queued after the host function did not wait for it"
+    );
 }
 
 #[test]

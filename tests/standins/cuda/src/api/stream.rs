@@ -106,3 +106,37 @@ pub unsafe extern "C" fn cuStreamWaitEvent_ptsz(
 ) -> CUresult {
     cuStreamWaitEvent(hstream, hevent, flags)
 }
+
+/// `CUhostFn`: `void (*)(void *userData)`.
+pub type CUhostFn = Option<unsafe extern "C" fn(*mut std::ffi::c_void)>;
+
+/// Queues a host function on the stream, as the real driver does: it runs (here on the stream's
+/// executor thread, in the real driver on a driver thread) once the work queued before it is
+/// done, and work queued after it waits until it returns. It must not call the driver.
+#[no_mangle]
+pub unsafe extern "C" fn cuLaunchHostFunc(
+    hstream: CUstream,
+    f: CUhostFn,
+    user_data: *mut std::ffi::c_void,
+) -> CUresult {
+    guard(|| {
+        let f = f.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let stream = state::stream(hstream)?;
+        let data = user_data as usize;
+        stream.enqueue(vec![Op::Host(Box::new(move || {
+            // SAFETY: the caller's host function with the caller's argument, called once, as
+            // cuLaunchHostFunc promises.
+            unsafe { f(data as *mut std::ffi::c_void) }
+        }))]);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuLaunchHostFunc_ptsz(
+    hstream: CUstream,
+    f: CUhostFn,
+    user_data: *mut std::ffi::c_void,
+) -> CUresult {
+    cuLaunchHostFunc(hstream, f, user_data)
+}

@@ -1,0 +1,240 @@
+//! The driver wakes the comm poller's threads once per event, instead of a timer.
+//!
+//! * The end of an op: a *waiter* thread per user stream blocks in `cuEventSynchronize` on the
+//!   pair's end event (created with `CU_EVENT_BLOCKING_SYNC`, so the real driver puts the thread
+//!   to sleep until the GPU reaches it instead of spinning), then reports it.
+//! * The begin of an op, which is also how a waiter learns that there is a new op at all: when the
+//!   hook arms a pair ([`super::end`]), it queues on a private stream of the pool's context (a
+//!   *lane*, one per user stream) a wait for the pair's begin event and a host function
+//!   (`cuStreamWaitEvent`, `cuLaunchHostFunc`: driver calls, no system call of ours). The driver
+//!   runs the host function once the begin has happened (the real driver on its own thread, the
+//!   stand-in on the lane's executor); it bumps the lane's futex word and wakes the lane's
+//!   waiter (and the poller, while the lane has no waiter yet: the poller starts it).
+//!
+//! So a waiter wakes about twice per op (its begin, its end), however long the op takes, and sleeps
+//! between ops ([`NOTIFIED_IDLE_NS`], a safety net); the poller thread only anchors the GPU clock
+//! and polls pairs that have no waiter.
+//!
+//! Why not a host function after the end event too (one mechanism for both): `cuCtxSynchronize`
+//! (`cudaDeviceSynchronize`) waits for every stream of the context, lanes included, so it would
+//! return only once the driver's thread has run that host function, after the op's end: on the
+//! stress job that delayed every step's device synchronize by the host function's wake-up (+1.3 %
+//! iteration time). A begin's host function runs while its op is still in flight, and a blocking
+//! event wait adds no work to any stream. Why a lane per user stream: work on one stream completes
+//! in order, on different streams in any order, and a lane waits for its events in the order they
+//! were queued. Beyond [`LANES`] streams, streams share lanes (a begin may then be reported late,
+//! never lost). Why not a host function on the user's stream: the work queued after it would wait
+//! for the driver's thread.
+//!
+//! A pair without a lane (no `cuLaunchHostFunc`, a driver error, `FREERIDE_COMM_NOTIFY=0`) and a
+//! lane without a running waiter are polled at the old adaptive cadence (see [`super::poller`]).
+use super::{Driver, CUDA_SUCCESS, CU_STREAM_NON_BLOCKING};
+use freeride_abi::{env, futex};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+/// Lanes (private streams, waiter threads) per process.
+pub(super) const LANES: usize = 8;
+/// Longest sleep of a waiter between ops, and of the poller while every armed pair has a waiter:
+/// a safety net (a wake-up that never came) and the poller's housekeeping cadence.
+pub(super) const NOTIFIED_IDLE_NS: u64 = 50_000_000;
+
+/// The poller's futex word: bumped by a lane's host function while the lane has no waiter.
+static WAKE: AtomicU32 = AtomicU32::new(0);
+
+/// 0: not decided yet, 1: pairs get lanes, 2: they do not (unavailable or turned off).
+static AVAILABLE: AtomicU8 = AtomicU8::new(0);
+
+const NO_WAITER: u8 = 0;
+const WAITER_RUNNING: u8 = 1;
+const WAITER_FAILED: u8 = 2;
+
+pub(super) struct Lane {
+    /// The user stream's handle + 1 (0: free).
+    key: AtomicU64,
+    /// The private stream (0: being created, `usize::MAX`: could not be created).
+    private: AtomicUsize,
+    /// The waiter's futex word, bumped by the host function after each begin.
+    word: AtomicU32,
+    /// [`NO_WAITER`], [`WAITER_RUNNING`] or [`WAITER_FAILED`].
+    waiter: AtomicU8,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const LANE_INIT: Lane = Lane {
+    key: AtomicU64::new(0),
+    private: AtomicUsize::new(0),
+    word: AtomicU32::new(0),
+    waiter: AtomicU8::new(NO_WAITER),
+};
+
+static LANE_TABLE: [Lane; LANES] = [LANE_INIT; LANES];
+
+/// Whether pairs get lanes (decided once per process; the poller polls on a timer without).
+pub(super) fn available(d: &Driver) -> bool {
+    match AVAILABLE.load(Ordering::Acquire) {
+        1 => true,
+        2 => false,
+        _ => {
+            let on = d.stream_wait_event.is_some()
+                && d.launch_host_func.is_some()
+                && d.stream_create.is_some()
+                && d.event_synchronize.is_some()
+                && std::env::var(env::COMM_NOTIFY).map_or(true, |v| v != "0");
+            AVAILABLE.store(if on { 1 } else { 2 }, Ordering::Release);
+            on
+        }
+    }
+}
+
+/// Hook path, after a lane could not be made or a pair's begin wake-up not be queued: the process
+/// polls from now on.
+pub(super) fn turn_off() {
+    AVAILABLE.store(2, Ordering::Release);
+}
+
+/// Hook path: the lane (+ 1) for a pair on user stream `stream` (the first op on a stream creates
+/// its lane: `cuStreamCreate`, once). None if there is none.
+pub(super) fn lane_of(d: &Driver, stream: u64) -> Option<u32> {
+    lane_for(d, stream).map(|i| i as u32 + 1)
+}
+
+/// Hook path: queues the begin wake-up of a pair armed on lane `lane` (+ 1), whose begin event
+/// `ev_b` was recorded on its stream in the current context (the pool's). False if it could not
+/// be queued (the poller polls for this pair). Driver calls only.
+pub(super) fn arm(d: &Driver, lane: u32, ev_b: usize) -> bool {
+    let (Some(wait), Some(host)) = (d.stream_wait_event, d.launch_host_func) else {
+        return false;
+    };
+    let Some(lane) = LANE_TABLE.get((lane as usize).wrapping_sub(1)) else {
+        return false;
+    };
+    let private = lane.private.load(Ordering::Acquire) as *mut c_void;
+    let data = lane as *const Lane as *mut c_void;
+    // SAFETY: real cuStreamWaitEvent / cuLaunchHostFunc on our own lane stream and a pool event of
+    // the current context; `wake` is a host function that makes no driver call, lives as long as
+    // the process (the library is never unloaded), and its argument points to a static lane.
+    unsafe {
+        wait(private, ev_b as *mut c_void, 0) == CUDA_SUCCESS
+            && host(private, Some(wake), data) == CUDA_SUCCESS
+    }
+}
+
+/// The lane of user stream `stream`: its own if it has one or a free one is left (created now).
+/// Else (the table is full, or another thread is still creating this stream's lane) a lane that
+/// is ready, shared. None if there is none.
+fn lane_for(d: &Driver, stream: u64) -> Option<usize> {
+    let key = stream.wrapping_add(1).max(1);
+    let ready = |i: &usize| {
+        let p = LANE_TABLE[*i].private.load(Ordering::Acquire);
+        p != 0 && p != usize::MAX
+    };
+    let own = (0..LANES)
+        .find(|&i| LANE_TABLE[i].key.load(Ordering::Acquire) == key)
+        .or_else(|| {
+            let i = (0..LANES).find(|&i| {
+                LANE_TABLE[i]
+                    .key
+                    .compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            })?;
+            let private = create_lane(d).unwrap_or_else(|| {
+                // The driver refuses a stream: poll instead (pairs without a lane would otherwise
+                // wait for the poller's safety net).
+                turn_off();
+                usize::MAX
+            });
+            LANE_TABLE[i].private.store(private, Ordering::Release);
+            Some(i)
+        });
+    own.filter(ready).or_else(|| {
+        let start = (key as usize).wrapping_mul(0x9e37_79b9) % LANES;
+        (0..LANES).map(|k| (start + k) % LANES).find(ready)
+    })
+}
+
+#[cold]
+fn create_lane(d: &Driver) -> Option<usize> {
+    let create = d.stream_create?;
+    let mut s: *mut c_void = std::ptr::null_mut();
+    // SAFETY: real cuStreamCreate writing a handle we own, in the current (pool) context.
+    if unsafe { create(&mut s, CU_STREAM_NON_BLOCKING) } != CUDA_SUCCESS || s.is_null() {
+        return None;
+    }
+    Some(s as usize)
+}
+
+/// The host function: runs on the driver's thread once a begin event completed. No driver call
+/// (the driver forbids them here), no panic: atomic adds and futex wakes.
+unsafe extern "C" fn wake(data: *mut c_void) {
+    // SAFETY: `data` is the address of a lane of the static LANE_TABLE (see `arm`).
+    let lane = unsafe { &*(data as *const Lane) };
+    lane.word.fetch_add(1, Ordering::Release);
+    // SAFETY: the lane's word is a static aligned 32-bit word, live for the process.
+    unsafe { futex::wake_all(lane.word.as_ptr()) };
+    if lane.waiter.load(Ordering::Acquire) != WAITER_RUNNING {
+        WAKE.fetch_add(1, Ordering::Release);
+        // SAFETY: WAKE is a static aligned 32-bit word, live for the process.
+        unsafe { futex::wake_all(WAKE.as_ptr()) };
+    }
+}
+
+/// Whether a waiter runs for lane `lane` + 1 (0: no lane).
+pub(super) fn waited(lane: u32) -> bool {
+    lane != 0
+        && LANE_TABLE
+            .get(lane as usize - 1)
+            .is_some_and(|l| l.waiter.load(Ordering::Acquire) == WAITER_RUNNING)
+}
+
+/// Poller: starts a waiter for every lane that has none (`spawn` starts the thread for lane `i`;
+/// false if it could not).
+pub(super) fn start_waiters(spawn: impl Fn(usize) -> bool) {
+    for (i, l) in LANE_TABLE.iter().enumerate() {
+        let p = l.private.load(Ordering::Acquire);
+        if p != 0 && p != usize::MAX && l.waiter.load(Ordering::Acquire) == NO_WAITER {
+            let st = if spawn(i) {
+                WAITER_RUNNING
+            } else {
+                WAITER_FAILED
+            };
+            l.waiter.store(st, Ordering::Release);
+        }
+    }
+}
+
+/// A waiter that could not run: its lane's pairs are polled.
+pub(super) fn waiter_gone(lane: usize) {
+    if let Some(l) = LANE_TABLE.get(lane) {
+        l.waiter.store(WAITER_FAILED, Ordering::Release);
+    }
+}
+
+/// The wake-up count of the poller (`None`) or of lane `Some(i)`'s waiter, read before a poll:
+/// [`sleep`] returns at once if it moved since.
+pub(super) fn seq(lane: Option<usize>) -> u32 {
+    word(lane).load(Ordering::Acquire)
+}
+
+/// Sleeps until a wake-up after `seq` was read, or for `timeout_ns`.
+pub(super) fn sleep(lane: Option<usize>, seq: u32, timeout_ns: u64) {
+    // SAFETY: the word is a static aligned 32-bit word, live for the process.
+    unsafe { futex::wait(word(lane).as_ptr(), seq, timeout_ns) };
+}
+
+fn word(lane: Option<usize>) -> &'static AtomicU32 {
+    match lane {
+        Some(i) => &LANE_TABLE[i % LANES].word,
+        None => &WAKE,
+    }
+}
+
+/// Fork child: the parent's lanes are streams of the parent's context, its waiters are gone.
+pub(super) fn reset_after_fork() {
+    for l in LANE_TABLE.iter() {
+        l.key.store(0, Ordering::Relaxed);
+        l.private.store(0, Ordering::Relaxed);
+        l.waiter.store(NO_WAITER, Ordering::Relaxed);
+    }
+    AVAILABLE.store(0, Ordering::Release);
+}

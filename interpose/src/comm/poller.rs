@@ -1,0 +1,353 @@
+//! The poller thread and the lanes' waiter threads (see the [`super`] and [`notify`] docs): the
+//! anchor, one poll of the armed pairs, the doorbell, the cadence.
+use super::anchor::{
+    gpu_time, Clock, ANCHOR_EV, ANCHOR_MAX_AGE_NS, ANCHOR_RETRY_NS, ANCHOR_STALE,
+    CAUSALITY_SLACK_NS,
+};
+use super::{
+    notify, Driver, ARMED, CUDA_ERROR_NOT_READY, CUDA_SUCCESS, DRIVER, FREE, POOL, POOL_CTX,
+    POOL_DEVICE, POOL_GEN,
+};
+use crate::rt;
+use freeride_abi::doorbell::{Doorbell, DOORBELL_FILE};
+use freeride_abi::shm_file::file_id;
+use freeride_abi::{env, now_ns, ring::FEATURE_RINGS_DOORBELL, session, Kind, Record};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Poll cadence: fastest (default; `FREERIDE_POLL_US`) and slowest.
+const POLL_FAST_NS: u64 = 100_000;
+const POLL_SLOW_NS: u64 = 1_000_000;
+/// Slowest cadence while a begin is pending: a begin opens a bubble, and the agent must learn of it
+/// within about 200 µs.
+const POLL_BEGIN_MAX_NS: u64 = 200_000;
+/// Cadence while every in-flight op has begun (a bubble in progress): its end closes the bubble
+/// and the side tasks' grant.
+const POLL_END_NS: u64 = 250_000;
+
+/// Held by whoever polls (the poller thread, a waiter, `flush_at_exit`): one poll at a time.
+pub(super) static POLLING: AtomicBool = AtomicBool::new(false);
+
+fn any_armed() -> bool {
+    POOL.iter()
+        .any(|p| p.state.load(Ordering::Relaxed) == ARMED)
+}
+
+/// How often the poller looks for the doorbell while it has none, and checks that the one it has
+/// is still the file in the session directory (an agent replaces only an invalid one).
+const BELL_CHECK_NS: u64 = 500_000_000;
+
+/// The doorbell every thread of this process that reports rings (the poller's [`Bell`] maps it).
+static DOOR: Mutex<Option<Arc<Doorbell>>> = Mutex::new(None);
+
+/// Rings the doorbell, if there is one (after a poll that pushed a begin or an end).
+fn ring_bell() {
+    let door = DOOR.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Some(d) = door {
+        d.ring();
+    }
+}
+
+/// The poller's doorbell: mapped once an agent has made it; this process's ring then says so.
+#[derive(Default)]
+struct Bell {
+    door: Option<Arc<Doorbell>>,
+    checked_at: u64,
+}
+
+impl Bell {
+    /// Maps the doorbell if there is none yet, or if the file was replaced (poller thread only:
+    /// system calls are fine here).
+    fn refresh(&mut self, now: u64) {
+        if self.checked_at != 0 && now.saturating_sub(self.checked_at) < BELL_CHECK_NS {
+            return;
+        }
+        self.checked_at = now.max(1);
+        let dir = session::resolve_dir();
+        if let Some(d) = &self.door {
+            if file_id(&dir.join(DOORBELL_FILE)) == Some(d.file_id()) {
+                return;
+            }
+            self.set(None);
+            rt::set_ring_feature(FEATURE_RINGS_DOORBELL, false);
+        }
+        if let Ok(d) = Doorbell::open(&dir) {
+            if rt::set_ring_feature(FEATURE_RINGS_DOORBELL, true) {
+                self.set(Some(Arc::new(d)));
+            }
+        }
+    }
+
+    fn set(&mut self, door: Option<Arc<Doorbell>>) {
+        *DOOR.lock().unwrap_or_else(|e| e.into_inner()) = door.clone();
+        self.door = door;
+    }
+}
+
+pub(super) fn poller(gen: u32) {
+    let Some(d) = DRIVER.get() else { return };
+    if let Some(set) = d.ctx_set_current {
+        // SAFETY: making the pool's context current on this (our own) thread.
+        unsafe { set(POOL_CTX.load(Ordering::Relaxed) as *mut c_void) };
+    }
+    // SAFETY: prctl(PR_SET_TIMERSLACK) sets this thread's timer slack (1 ns): accurate wake-ups.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+    let fast = std::env::var(env::POLL_US)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(|us| (us * 1000).clamp(10_000, 100_000_000))
+        .unwrap_or(POLL_FAST_NS);
+    let slow = POLL_SLOW_NS.max(fast);
+    let begin_max = POLL_BEGIN_MAX_NS.max(fast);
+    let tid = rt::THREAD.try_with(rt::tid).unwrap_or(0);
+    let mut clock = Clock::new(d);
+    let mut anchored_at = 0u64;
+    let mut tried_at = 0u64;
+    let mut last_change = now_ns();
+    let mut bell = Bell::default();
+    while POOL_GEN.load(Ordering::Relaxed) == gen {
+        // Read before the poll: a wake-up after it makes the sleep below return at once.
+        let seq = notify::seq(None);
+        bell.refresh(now_ns());
+        if let Some(c) = clock.as_mut() {
+            let now = now_ns();
+            let want = ANCHOR_EV.load(Ordering::Relaxed) == 0
+                || ANCHOR_STALE.load(Ordering::Relaxed)
+                || (now.saturating_sub(anchored_at) > ANCHOR_MAX_AGE_NS && any_armed());
+            if want && (tried_at == 0 || now.saturating_sub(tried_at) > ANCHOR_RETRY_NS) {
+                tried_at = now;
+                while POLLING.swap(true, Ordering::Acquire) {
+                    std::thread::yield_now();
+                }
+                if c.anchor(d) {
+                    anchored_at = now;
+                }
+                POLLING.store(false, Ordering::Release);
+            }
+        }
+        let st = locked_poll(d, tid, Lock::Try);
+        if st.reported {
+            ring_bell();
+        }
+        notify::start_waiters(|lane| {
+            std::thread::Builder::new()
+                .name("freeride-wait".into())
+                .stack_size(256 << 10)
+                .spawn(move || waiter(lane, gen))
+                .is_ok()
+        });
+        let now = now_ns();
+        if st.changed {
+            last_change = now;
+        }
+        let delay = if st.begin_pending {
+            (now.saturating_sub(last_change) / 2).clamp(fast, begin_max)
+        } else if st.polled_pending || (!notify::available(d) && any_armed()) {
+            POLL_END_NS.max(fast)
+        } else if notify::available(d) {
+            // Every armed pair has a waiter (or none is armed): the safety net only.
+            notify::NOTIFIED_IDLE_NS
+        } else {
+            slow
+        };
+        notify::sleep(None, seq, delay);
+    }
+}
+
+/// A lane's waiter thread ([`notify`]): reports the begins and ends of the lane's pairs as they
+/// happen. Once the lane's oldest pair has begun it blocks in `cuEventSynchronize` on its end
+/// event (blocking-sync: the thread sleeps until the GPU gets there); otherwise it sleeps on the
+/// lane's futex word, which the begin's host function bumps.
+fn waiter(lane: usize, gen: u32) {
+    let Some((d, sync)) = DRIVER.get().and_then(|d| Some((d, d.event_synchronize?))) else {
+        notify::waiter_gone(lane);
+        return;
+    };
+    if let Some(set) = d.ctx_set_current {
+        // SAFETY: making the pool's context current on this (our own) thread.
+        unsafe { set(POOL_CTX.load(Ordering::Relaxed) as *mut c_void) };
+    }
+    // SAFETY: prctl(PR_SET_TIMERSLACK) sets this thread's timer slack (1 ns): accurate wake-ups.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+    let tid = rt::THREAD.try_with(rt::tid).unwrap_or(0);
+    let me = lane as u32 + 1;
+    // The (pair, arming) last waited for: if the wait returned without its end completing (a
+    // driver error), the pair is polled from here instead of waited for again and again.
+    let mut waited = None;
+    while POOL_GEN.load(Ordering::Relaxed) == gen {
+        let seq = notify::seq(Some(lane));
+        if locked_poll(d, tid, Lock::Wait).reported {
+            ring_bell();
+        }
+        match oldest_armed(me) {
+            Some((i, arm)) if POOL[i].begin_done.load(Ordering::Relaxed) == 1 => {
+                if waited == Some((i, arm)) {
+                    notify::sleep(Some(lane), seq, POLL_SLOW_NS);
+                } else {
+                    waited = Some((i, arm));
+                    // SAFETY: real cuEventSynchronize on a pool event of the pool's context.
+                    unsafe { sync(POOL[i].ev_e.load(Ordering::Relaxed) as *mut c_void) };
+                }
+            }
+            _ => notify::sleep(Some(lane), seq, notify::NOTIFIED_IDLE_NS),
+        }
+    }
+}
+
+/// The armed pair of lane `lane` (+ 1) armed first: (index, arming sequence number).
+fn oldest_armed(lane: u32) -> Option<(usize, u64)> {
+    POOL.iter()
+        .enumerate()
+        .filter(|(_, p)| {
+            p.state.load(Ordering::Acquire) == ARMED && p.lane.load(Ordering::Relaxed) == lane
+        })
+        .map(|(i, p)| (i, p.arm_seq.load(Ordering::Relaxed)))
+        .min_by_key(|&(_, arm)| arm)
+}
+
+/// What one poll saw.
+#[derive(Default, Clone, Copy)]
+pub(super) struct Polled {
+    /// An armed op the poller must poll for (the driver does not wake it) is still pending...
+    polled_pending: bool,
+    /// ...and its begin is still pending.
+    begin_pending: bool,
+    /// Something changed: a new op seen, a begin or an end.
+    changed: bool,
+    /// A begin or an end was pushed.
+    reported: bool,
+}
+
+/// How [`locked_poll`] takes the poll flag.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Lock {
+    /// Skip the poll if another thread is polling (the poller: it comes back soon).
+    Try,
+    /// Wait for it (a waiter: it must not miss what it was woken for).
+    Wait,
+    /// Wait at most 50 ms, then poll anyway (at exit: the holder may be stuck).
+    Flush,
+}
+
+/// One poll under the poll flag.
+pub(super) fn locked_poll(d: &Driver, tid: u32, lock: Lock) -> Polled {
+    let t0 = now_ns();
+    while POLLING.swap(true, Ordering::Acquire) {
+        match lock {
+            Lock::Try => {
+                return Polled {
+                    polled_pending: true,
+                    begin_pending: true,
+                    ..Polled::default()
+                }
+            }
+            Lock::Flush if now_ns().saturating_sub(t0) > 50_000_000 => break,
+            Lock::Flush => std::thread::yield_now(),
+            // The holder may be anchoring (a millisecond at most): sleep, do not spin.
+            Lock::Wait => std::thread::sleep(std::time::Duration::from_micros(20)),
+        }
+    }
+    let r = poll_once(d, tid, notify::available(d));
+    POLLING.store(false, Ordering::Release);
+    r
+}
+
+/// One look at every armed pair: reports the begins and ends that completed. `woken`: pairs on a
+/// lane with a running waiter are that waiter's ([`notify`]); the others are polled.
+fn poll_once(d: &Driver, tid: u32, woken: bool) -> Polled {
+    let mut r = Polled::default();
+    let Some(query) = d.event_query else {
+        return r;
+    };
+    let dev = POOL_DEVICE.load(Ordering::Relaxed) as i32;
+    for p in POOL.iter() {
+        if p.state.load(Ordering::Acquire) != ARMED {
+            continue;
+        }
+        if p.seen.swap(1, Ordering::Relaxed) == 0 {
+            r.changed = true;
+        }
+        let polled = !woken || !notify::waited(p.lane.load(Ordering::Relaxed));
+        let now = now_ns();
+        let queued = p.queued.load(Ordering::Relaxed);
+        // The event's time: GPU clock via the anchor, else the poll midpoint.
+        let time = |ev: usize, pending: u64, floor: u64| -> (u64, u64) {
+            if let Some((t, unc)) = gpu_time(ev) {
+                let lo = queued.saturating_sub(unc + CAUSALITY_SLACK_NS);
+                if t >= lo && t <= now + unc + CAUSALITY_SLACK_NS {
+                    return (t.max(floor), unc);
+                }
+                ANCHOR_STALE.store(true, Ordering::Relaxed);
+            }
+            let half = now.saturating_sub(pending) / 2;
+            ((pending + half).max(floor), half)
+        };
+        let emit = |kind: Kind, t: u64, unc: u64| {
+            let api = p.api.load(Ordering::Relaxed);
+            rt::push(&Record {
+                t_ns: t,
+                kind: kind as u8,
+                flags: 0,
+                api: api as u16,
+                device: dev,
+                tid,
+                aux: 0,
+                stream: p.stream.load(Ordering::Relaxed),
+                p0: queued,
+                p1: unc,
+                p2: p.ids.load(Ordering::Relaxed),
+            });
+        };
+        if p.begin_done.load(Ordering::Relaxed) == 0 {
+            let ev = p.ev_b.load(Ordering::Relaxed);
+            // SAFETY: real cuEventQuery on a pool event.
+            match unsafe { query(ev as *mut c_void) } {
+                CUDA_SUCCESS => {
+                    let (t, unc) = time(ev, p.pending_b.load(Ordering::Relaxed), 0);
+                    emit(Kind::CommBegin, t, unc);
+                    r.changed = true;
+                    r.reported = true;
+                    p.begin_done.store(1, Ordering::Relaxed);
+                    p.t_begin.store(t, Ordering::Relaxed);
+                    // The end cannot precede the begin.
+                    if p.pending_e.load(Ordering::Relaxed) < t {
+                        p.pending_e.store(t, Ordering::Relaxed);
+                    }
+                }
+                CUDA_ERROR_NOT_READY => {
+                    r.begin_pending |= polled;
+                    r.polled_pending |= polled;
+                    p.pending_b.store(now, Ordering::Relaxed);
+                    p.pending_e.store(now, Ordering::Relaxed);
+                    continue;
+                }
+                _ => {
+                    p.state.store(FREE, Ordering::Release);
+                    continue;
+                }
+            }
+        }
+        let ev = p.ev_e.load(Ordering::Relaxed);
+        // SAFETY: real cuEventQuery on a pool event.
+        match unsafe { query(ev as *mut c_void) } {
+            CUDA_SUCCESS => {
+                let (t, unc) = time(
+                    ev,
+                    p.pending_e.load(Ordering::Relaxed),
+                    p.t_begin.load(Ordering::Relaxed),
+                );
+                emit(Kind::CommEnd, t, unc);
+                r.changed = true;
+                r.reported = true;
+                p.state.store(FREE, Ordering::Release);
+            }
+            CUDA_ERROR_NOT_READY => {
+                r.polled_pending |= polled;
+                p.pending_e.store(now_ns(), Ordering::Relaxed)
+            }
+            _ => p.state.store(FREE, Ordering::Release),
+        }
+    }
+    r
+}
