@@ -22,7 +22,8 @@
 //!   under time-slicing the first instant after that at which its process is resident (a real
 //!   GPU executes a record only while its context is scheduled); a cross-stream wait
 //!   ([`Op::Wait`]) moves `ready_ns` up to the awaited record's timestamp; a host op
-//!   ([`Op::Host`]) takes no GPU time.
+//!   ([`Op::Host`]) takes no GPU time; a user's host function ([`Op::HostFn`]) moves `ready_ns`
+//!   up to when it returned.
 //!
 //! The truth lines carry these logical times. Completion (synchronize, query) is real time.
 //!
@@ -72,8 +73,12 @@ pub enum Op {
     Record(Arc<Record>),
     /// Blocks the stream until the record completes.
     Wait(Arc<Record>),
-    /// Runs a host function on the executor thread (stream-ordered bookkeeping).
+    /// Runs a host function on the executor thread (stream-ordered bookkeeping of the stand-ins:
+    /// it takes no GPU time).
     Host(Box<dyn FnOnce() + Send>),
+    /// Runs a user's host function (`cuLaunchHostFunc`) on the executor thread: work queued after
+    /// it waits until it returns (the stream's time moves on to then), as on a real GPU.
+    HostFn(Box<dyn FnOnce() + Send>),
 }
 
 /// What the executor is doing (decides who holds the model's clock for the stream).
@@ -278,6 +283,10 @@ fn execute(inner: &Inner, op: Op, ready_ns: u64, next_is_kernel: bool) -> u64 {
         Op::Host(f) => {
             f();
             ready_ns
+        }
+        Op::HostFn(f) => {
+            f();
+            ready_ns.max(now_ns())
         }
     }
 }

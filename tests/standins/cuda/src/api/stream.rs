@@ -123,7 +123,7 @@ pub unsafe extern "C" fn cuLaunchHostFunc(
         let f = f.ok_or(CUDA_ERROR_INVALID_VALUE)?;
         let stream = state::stream(hstream)?;
         let data = user_data as usize;
-        stream.enqueue(vec![Op::Host(Box::new(move || {
+        stream.enqueue(vec![Op::HostFn(Box::new(move || {
             // SAFETY: the caller's host function with the caller's argument, called once, as
             // cuLaunchHostFunc promises.
             unsafe { f(data as *mut std::ffi::c_void) }
