@@ -149,14 +149,9 @@ fn a_copied_freeride_names_the_missing_test_bed_and_builds_nothing() {
     let d = ScratchDir::new("freeride-msg-copy").unwrap();
     let exe = d.join("freeride");
     std::fs::copy(built("freeride"), &exe).unwrap();
-    let cargo = d.join("cargo");
     let marker = d.join("cargo-ran");
-    std::fs::write(
-        &cargo,
-        format!("#!/bin/sh\ntouch '{}'\nexit 1\n", marker.display()),
-    )
-    .unwrap();
-    std::fs::set_permissions(&cargo, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let cargo =
+        freeride_tests::stand_in_cargo(&d, &format!("touch '{}'\nexit 1", marker.display()));
     let run = |cmd: &str| {
         let out = freeride_tests::output_of_new_exe(
             Command::new(&exe)

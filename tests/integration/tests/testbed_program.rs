@@ -111,19 +111,16 @@ fn a_source_build_without_the_test_bed_builds_the_workspace_then_runs_it() {
     std::fs::create_dir(&release).unwrap();
     let exe = release.join("freeride");
     std::fs::copy(built("freeride"), &exe).unwrap();
-    let cargo = d.join("cargo");
     let args = d.join("cargo-args");
-    std::fs::write(
-        &cargo,
-        format!(
-            "#!/bin/sh\necho \"$@\" > '{}'\ncp '{}' '{}'\n",
+    let cargo = freeride_tests::stand_in_cargo(
+        &d,
+        &format!(
+            "echo \"$@\" > '{}'\ncp '{}' '{}'",
             args.display(),
             built("freeride-sim").display(),
             release.join("freeride-sim").display()
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&cargo, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    );
     let out = freeride_tests::output_of_new_exe(
         Command::new(&exe)
             .args(["sim", "--help"])

@@ -26,13 +26,13 @@ enum Command {
     Demo(demo_cmd::DemoArgs),
     /// Run the simulated pipeline (pipesim) under freeride with the agent and score its bubbles.
     #[command(allow_negative_numbers = true)]
-    Sim(sim_cmd::SimArgs),
+    Sim(Box<sim_cmd::SimArgs>),
 }
 
 fn main() {
     let cli = Cli::parse();
     let code = match cli.command {
-        Command::Sim(a) => sim_cmd::main(a),
+        Command::Sim(a) => sim_cmd::main(*a),
         Command::Demo(a) => demo_cmd::main(a),
     };
     std::process::exit(code)
