@@ -1,8 +1,8 @@
 //! The nodes of a simulated job under `freeride sim`: one session directory and one agent (the
-//! daemon's [`freeride_agent::node::Node`] loop, in a thread of this process) per node, as a cluster runs
-//! one `freeride agent` per machine. The job's processes and side tasks on node n use node n's
-//! directory (`pipesim --node-session-dirs`, `pipesim::placement::gpu_env`); what the agents saw
-//! is merged for scoring.
+//! daemon's [`freeride_agent::node::Node`] loop, in a thread of this process) per node, as a
+//! cluster runs one `freeride agent` per machine. The job's processes and side tasks on node n use
+//! node n's directory (`pipesim --node-session-dirs`, `pipesim::placement::gpu_env`); what the
+//! agents saw is merged for scoring.
 use crate::sim::{agent_loop, AgentRun};
 use freeride_agent::grants::GrantPolicy;
 use freeride_agent::scratch::ScratchDir;
