@@ -28,7 +28,7 @@ pub struct AgentArgs {
     metrics_addr: Option<String>,
     /// How often the rings are read while any process is watched, in microseconds (an idle node:
     /// every 5 ms).
-    #[arg(long, default_value_t = 50, value_parser = pipesim::cli::at_least_one::<u64>)]
+    #[arg(long, default_value_t = 50, value_parser = at_least_one)]
     poll_us: u64,
     /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
     #[arg(long)]
@@ -52,6 +52,20 @@ pub struct AgentArgs {
     /// Append every bubble found to PATH as JSON lines (for `freeride report`).
     #[arg(long, value_name = "PATH")]
     bubble_log: Option<PathBuf>,
+}
+
+/// A count's value: a whole number, at least 1 (clap names the flag and the value around the
+/// message: "invalid value '-5' for '--poll-us <POLL_US>': must be at least 1").
+fn at_least_one(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(v) if v >= 1 => Ok(v),
+        Ok(_) => Err("must be at least 1".into()),
+        Err(_) => match s.trim().parse::<i128>() {
+            Ok(n) if n < 1 => Err("must be at least 1".into()),
+            Ok(_) => Err("too large".into()),
+            Err(_) => Err("must be a whole number, at least 1".into()),
+        },
+    }
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);

@@ -178,7 +178,7 @@ mod tests {
     /// directory (its comm poller rings that file, and the next agent takes it over).
     #[test]
     fn the_doorbell_goes_at_exit_unless_a_live_process_rings_it() {
-        let dir = crate::sim::ScratchDir::new("bell-exit").unwrap();
+        let dir = crate::scratch::ScratchDir::new("bell-exit").unwrap();
         let bell_file = dir.0.join(DOORBELL_FILE);
         let ring = dir.0.join(session::ring_file_name(std::process::id(), 1));
         std::fs::write(&ring, b"").unwrap();

@@ -106,7 +106,7 @@ impl Drop for Claim {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::ScratchDir;
+    use crate::scratch::ScratchDir;
 
     fn dir(tag: &str) -> ScratchDir {
         ScratchDir::new(&format!("claim-{tag}")).unwrap()

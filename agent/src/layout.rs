@@ -1,13 +1,14 @@
 //! Where freeride's files are once installed: the `freeride` executable and the files it runs
-//! (`libfreeride.so`, the test bed's programs and libraries, the side-task examples) live in one
-//! folder, as cargo lays them out in `target/<profile>/`:
+//! (`libfreeride.so`; where the route ships the test bed, its program `freeride-sim` that
+//! `freeride sim`/`demo` exec ([`crate::testbed`]), the programs and libraries that one runs, the
+//! side-task examples) live in one folder, as cargo lays them out in `target/<profile>/`:
 //!
 //! | install route | that folder |
 //! | --- | --- |
 //! | a cargo build | `target/release/` |
 //! | the Python wheel (`pip install freeride`) | `site-packages/freeride/_lib/` (the `freeride` on `PATH` is a launcher that execs the binary there) |
-//! | the container image, a tarball | `<prefix>/lib/freeride/` (`<prefix>/bin/freeride` a symlink to it) |
-//! | `cargo install --path agent` | `~/.cargo/bin/` holds only `freeride`: it carries `libfreeride.so` inside ([`crate::bundled`]) |
+//! | the container image (the product only), a tarball | `<prefix>/lib/freeride/` (`<prefix>/bin/freeride` a symlink to it) |
+//! | `cargo install --path agent` | `~/.cargo/bin/` holds only `freeride` (no test bed): it carries `libfreeride.so` inside ([`crate::bundled`]) |
 //!
 //! A file is looked for beside the executable (symlinks resolved: `/proc/self/exe`), then in
 //! `../`, `../lib/` and `../lib/freeride/` relative to it.

@@ -1,12 +1,11 @@
 //! `freeride`: the per-node command. A thin dispatcher: each subcommand lives in its own module.
 use clap::{Parser, Subcommand};
+use freeride_agent::testbed;
 
 mod agent_cmd;
-mod demo_cmd;
 mod doctor_cmd;
 mod report_cmd;
 mod run_cmd;
-mod sim_cmd;
 mod status_cmd;
 
 #[derive(Parser)]
@@ -21,7 +20,8 @@ struct Cli {
 }
 
 /// Every subcommand takes `-1` as a value (`--stages -1` is refused as "must be at least 1", not
-/// as an unknown flag `-1`).
+/// as an unknown flag `-1`). `sim` and `demo` belong to the test bed: their arguments are passed
+/// on to it as they are ([`testbed`]).
 #[derive(Subcommand)]
 enum Command {
     /// Run any command with the interposer preloaded (zero code change).
@@ -37,11 +37,17 @@ enum Command {
     #[command(allow_negative_numbers = true)]
     Status(status_cmd::StatusArgs),
     /// The simulated 4-stage 1F1B pipeline under freeride: what the agent finds, with pictures.
-    #[command(allow_negative_numbers = true)]
-    Demo(demo_cmd::DemoArgs),
+    ///
+    /// Runs the test bed's freeride-sim, found beside freeride (`freeride demo --help`: its
+    /// options).
+    #[command(disable_help_flag = true)]
+    Demo(testbed::Forward),
     /// Run the simulated pipeline (pipesim) under freeride with the agent and score its bubbles.
-    #[command(allow_negative_numbers = true)]
-    Sim(sim_cmd::SimArgs),
+    ///
+    /// Runs the test bed's freeride-sim, found beside freeride (`freeride sim --help`: its
+    /// options).
+    #[command(disable_help_flag = true)]
+    Sim(testbed::Forward),
     /// Check this node (driver, /dev/shm, MPS, permissions) and, given a command, that the
     /// interposer loads into it and sees its launches.
     Doctor(doctor_cmd::DoctorArgs),
@@ -51,8 +57,8 @@ fn main() {
     let cli = Cli::parse();
     let code = match cli.command {
         Command::Run(a) => run_cmd::main(a),
-        Command::Sim(a) => sim_cmd::main(a),
-        Command::Demo(a) => demo_cmd::main(a),
+        Command::Sim(_) => testbed::exec("sim"),
+        Command::Demo(_) => testbed::exec("demo"),
         Command::Agent(a) => agent_cmd::main(a),
         Command::Status(a) => status_cmd::main(a),
         Command::Report(a) => report_cmd::main(a),

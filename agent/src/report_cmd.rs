@@ -3,7 +3,7 @@
 use clap::Args;
 use freeride_agent::report::parse_bubble_log;
 use freeride_agent::timeline::Timeline;
-use pipesim::truth;
+use freeride_agent::truth_kernels;
 use std::path::PathBuf;
 
 #[derive(Args, Debug)]
@@ -14,7 +14,8 @@ pub struct ReportArgs {
     /// The agent's bubble log (`freeride agent --bubble-log PATH`).
     #[arg(long, value_name = "PATH")]
     bubbles: PathBuf,
-    /// A simulated GPU's ground truth (`pipesim --truth PATH`): adds every kernel.
+    /// A simulated GPU's ground truth (`pipesim --truth PATH`; the format: tests/TESTBED.md): adds
+    /// every kernel.
     #[arg(long, value_name = "PATH")]
     truth: Option<PathBuf>,
 }
@@ -35,7 +36,7 @@ pub fn main(a: ReportArgs) -> i32 {
         );
     }
     let kernels = match &a.truth {
-        Some(p) => match truth::read_trace(p) {
+        Some(p) => match truth_kernels::read(p) {
             Ok((k, _)) => k,
             Err(e) => {
                 eprintln!("freeride report: cannot read {}: {e}", p.display());

@@ -1,15 +1,15 @@
 //! Pictures of a run: a Chrome/Perfetto trace and an SVG timeline, with the stages as rows, the
-//! trainers' kernels (from the simulated GPU's ground truth), the agent's bubbles and side-task
-//! kernels.
+//! trainers' kernels (from the simulated GPU's ground truth, [`crate::truth_kernels`]), the
+//! agent's bubbles and side-task kernels.
 use crate::node::BubbleRecord;
-use pipesim::truth::KernelRecord;
+use crate::truth_kernels::Kernel;
 use serde_json::json;
 use std::fmt::Write as _;
 
 /// What to draw: kernels of the ground truth and bubbles, for the trainers `pids` (row = index).
 pub struct Timeline<'a> {
     pub pids: &'a [u32],
-    pub kernels: &'a [KernelRecord],
+    pub kernels: &'a [Kernel],
     pub bubbles: &'a [BubbleRecord],
 }
 

@@ -465,7 +465,7 @@ mod tests {
     /// live task stays, whatever its state.
     #[test]
     fn status_files_of_gone_side_tasks_are_removed() {
-        let dir = crate::sim::ScratchDir::new("wd-status").unwrap();
+        let dir = crate::scratch::ScratchDir::new("wd-status").unwrap();
         let mut gone = std::process::Command::new("true").spawn().unwrap();
         gone.wait().unwrap();
         let me = std::process::id();

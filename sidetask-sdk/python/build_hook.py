@@ -18,6 +18,8 @@ SHIPPED = [
     "freeride",
     "libfreeride.so",
     "libfreeride_sidetask.so",
+    # The test bed: `freeride demo` / `freeride sim` exec freeride-sim (agent/src/testbed.rs).
+    "freeride-sim",
     "pipesim",
     "pipesim-stage",
     "libcuda.so",

@@ -3,7 +3,7 @@
 //! saw its kernel launches and NCCL operations.
 use super::interposer::elf_kind;
 use super::{Finding, Level};
-use crate::sim::ScratchDir;
+use crate::scratch::ScratchDir;
 use freeride_abi::env;
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;

@@ -147,6 +147,16 @@ pub fn output_of_new_exe(cmd: &mut std::process::Command) -> std::process::Outpu
     panic!("{cmd:?}: the executable stayed busy for 2 s");
 }
 
+/// An executable `<dir>/cargo` that runs the shell commands `body`: a stand-in for `$CARGO` in the
+/// tests of what starts a workspace build (agent/src/testbed.rs).
+pub fn stand_in_cargo(dir: &std::path::Path, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let cargo = dir.join("cargo");
+    std::fs::write(&cargo, format!("#!/bin/sh\n{body}\n")).expect("write the stand-in cargo");
+    std::fs::set_permissions(&cargo, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    cargo
+}
+
 /// A child process killed (SIGKILL) and reaped when dropped, also while a failing test unwinds.
 pub struct KillOnDrop(pub std::process::Child);
 

@@ -142,21 +142,17 @@ fn status_of_another_users_directory_says_permission_denied() {
 
 /// A `freeride` copied away from its build starts no cargo build (it used to start a debug build
 /// of the workspace and fail with "libfreeride.so still missing after the build"): it names what
-/// is missing and how to get it.
+/// is missing and how to get it. Copied alone, what it misses is the test bed's program
+/// (`freeride-sim`); copied with that program, the program names the rest of the test bed.
 #[test]
 fn a_copied_freeride_names_the_missing_test_bed_and_builds_nothing() {
     let d = ScratchDir::new("freeride-msg-copy").unwrap();
     let exe = d.join("freeride");
     std::fs::copy(built("freeride"), &exe).unwrap();
-    let cargo = d.join("cargo");
     let marker = d.join("cargo-ran");
-    std::fs::write(
-        &cargo,
-        format!("#!/bin/sh\ntouch '{}'\nexit 1\n", marker.display()),
-    )
-    .unwrap();
-    std::fs::set_permissions(&cargo, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    for cmd in ["demo", "sim"] {
+    let cargo =
+        freeride_tests::stand_in_cargo(&d, &format!("touch '{}'\nexit 1", marker.display()));
+    let run = |cmd: &str| {
         let out = freeride_tests::output_of_new_exe(
             Command::new(&exe)
                 .arg(cmd)
@@ -166,13 +162,32 @@ fn a_copied_freeride_names_the_missing_test_bed_and_builds_nothing() {
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{cmd}: {err}");
         assert!(!marker.exists(), "{cmd} started a build: {err}");
+        assert_eq!(err.lines().count(), 1, "{cmd}: {err}");
+        err
+    };
+    for cmd in ["demo", "sim"] {
+        let err = run(cmd);
         assert!(
-            err.contains("libfreeride.so")
+            err.contains("freeride-sim missing")
+                && err.contains("pip install freeride")
+                && err.contains("cargo build"),
+            "{cmd}: {err}"
+        );
+    }
+    let sim = d.join("freeride-sim");
+    std::fs::copy(built("freeride-sim"), &sim).unwrap();
+    // Once it has run, it is no longer busy for the exec of `freeride` either (see
+    // output_of_new_exe).
+    freeride_tests::output_of_new_exe(Command::new(&sim).arg("--version"));
+    for cmd in ["demo", "sim"] {
+        let err = run(cmd);
+        assert!(
+            err.starts_with(&format!("freeride {cmd}: "))
+                && err.contains("libfreeride.so")
                 && err.contains("pipesim")
                 && err.contains("cargo build"),
             "{cmd}: {err}"
         );
-        assert_eq!(err.lines().count(), 1, "{cmd}: {err}");
     }
 }
 

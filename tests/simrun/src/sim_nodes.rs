@@ -1,10 +1,11 @@
 //! The nodes of a simulated job under `freeride sim`: one session directory and one agent (the
-//! daemon's [`crate::node::Node`] loop, in a thread of this process) per node, as a cluster runs
-//! one `freeride agent` per machine. The job's processes and side tasks on node n use node n's
-//! directory (`pipesim --node-session-dirs`, `pipesim::placement::gpu_env`); what the agents saw
-//! is merged for scoring.
-use crate::grants::GrantPolicy;
-use crate::sim::{agent_loop, AgentRun, ScratchDir};
+//! daemon's [`freeride_agent::node::Node`] loop, in a thread of this process) per node, as a
+//! cluster runs one `freeride agent` per machine. The job's processes and side tasks on node n use
+//! node n's directory (`pipesim --node-session-dirs`, `pipesim::placement::gpu_env`); what the
+//! agents saw is merged for scoring.
+use crate::sim::{agent_loop, AgentRun};
+use freeride_agent::grants::GrantPolicy;
+use freeride_agent::scratch::ScratchDir;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -1,9 +1,11 @@
 //! `freeride demo`: the README's first command. A 4-stage 1F1B pipeline on the simulated GPUs under
 //! freeride; prints what the agent found and writes a timeline picture and a Perfetto trace.
 use clap::{Args, Parser};
-use freeride_agent::sim::{self, p50_p99};
 use freeride_agent::timeline::Timeline;
+use freeride_agent::truth_kernels::Kernel;
+use freeride_sim::sim::{self, p50_p99};
 use pipesim::cli::JobArgs;
+use pipesim::truth::KernelRecord;
 use std::path::PathBuf;
 
 #[derive(Args, Debug)]
@@ -21,6 +23,23 @@ pub struct DemoArgs {
 struct Job {
     #[command(flatten)]
     job: JobArgs,
+}
+
+/// The ground truth's kernels as the product's timeline draws them (what `freeride report
+/// --truth` reads from the file).
+fn timeline_kernels(records: &[KernelRecord]) -> Vec<Kernel> {
+    records
+        .iter()
+        .map(|k| Kernel {
+            device: k.device,
+            pid: k.pid,
+            kernel: k.kernel.clone(),
+            kind: k.kind.clone(),
+            api: k.api.clone(),
+            start_ns: k.start_ns,
+            end_ns: k.end_ns,
+        })
+        .collect()
 }
 
 pub fn main(a: DemoArgs) -> i32 {
@@ -111,17 +130,18 @@ pub fn main(a: DemoArgs) -> i32 {
         baseline,
         s.iteration_ms
     );
-    let ends = freeride_agent::sim_report::sidetask_ends_json(&res, side.per_gpu);
-    for line in freeride_agent::sim_report::sidetask_end_lines(&ends, a.iterations as u64) {
+    let ends = freeride_sim::sim_report::sidetask_ends_json(&res, side.per_gpu);
+    for line in freeride_sim::sim_report::sidetask_end_lines(&ends, a.iterations as u64) {
         println!("note                     {line}");
     }
     if let Err(e) = std::fs::create_dir_all(&a.out) {
         eprintln!("freeride demo: cannot create {}: {e}", a.out.display());
         return 1;
     }
+    let kernels = timeline_kernels(&res.kernels);
     let tl = Timeline {
         pids: &res.truth.pids,
-        kernels: &res.kernels,
+        kernels: &kernels,
         bubbles: &res.bubbles,
     };
     let its = &res.truth.iterations;

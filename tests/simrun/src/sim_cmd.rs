@@ -1,7 +1,7 @@
 //! `freeride sim`: pipesim under freeride with the agent, scored against the ground truth.
 use clap::Args;
-use freeride_agent::sim::{self, p50_p99};
-use freeride_agent::sim_report;
+use freeride_sim::sim::{self, p50_p99};
+use freeride_sim::sim_report;
 use pipesim::cli::JobArgs;
 use pipesim::procs::interrupt;
 use serde_json::json;
@@ -183,7 +183,7 @@ pub fn main(a: SimArgs) -> i32 {
         },
     });
     let mut report = report;
-    report["per_gpu"] = freeride_agent::sim_gpus::per_gpu(&res)
+    report["per_gpu"] = freeride_sim::sim_gpus::per_gpu(&res)
         .iter()
         .map(|g| {
             let mut v = json!({

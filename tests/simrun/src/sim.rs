@@ -15,12 +15,13 @@
 //!   it end (what it knows in real time, what a scheduler acts on);
 //! * detection latency = when the agent saw a bubble open minus when the GPU truly went idle, for
 //!   every true idle interval of at least [`MIN_SCORED_IDLE_NS`] that a bubble overlaps.
-use crate::grants::GrantPolicy;
-use crate::inference::score::{clip, merge, Tally};
-use crate::inference::Ns;
-use crate::node::{BubbleRecord, Node};
 use crate::sim_procs::{self, SidetaskEnd};
-use freeride_abi::{env, now_ns, session};
+use freeride_abi::{env, now_ns};
+use freeride_agent::grants::GrantPolicy;
+use freeride_agent::inference::score::{clip, merge, Tally};
+use freeride_agent::inference::Ns;
+use freeride_agent::node::{BubbleRecord, Node};
+use freeride_agent::scratch::ScratchDir;
 use pipesim::cli::JobArgs;
 use pipesim::topology::Topology;
 use pipesim::truth::{self, Truth};
@@ -229,9 +230,9 @@ fn relearn_curve(r: &SimResult, at: usize) -> Vec<(usize, usize)> {
         .collect()
 }
 
-/// Where the binaries are: next to this executable (see [`crate::layout`]).
+/// Where the binaries are: next to this executable (see [`freeride_agent::layout`]).
 pub fn sibling(name: &str) -> Result<PathBuf, String> {
-    crate::layout::sibling(name)
+    freeride_agent::layout::sibling(name)
 }
 
 /// What `freeride sim` and `freeride demo` run, next to this executable.
@@ -247,94 +248,9 @@ const TESTBED_FILES: &[&str] = &[
 ];
 
 /// Builds the test bed if a file of it is missing next to this executable, when this executable
-/// is a build of the source tree it was compiled from (`target/<profile>/freeride`, as after
-/// `cargo run -p freeride-agent`, which builds only this package): runs `cargo build --workspace
-/// --all-targets` there, with this binary's profile. A `freeride` anywhere else (copied,
-/// installed) never starts a build: the error names what is missing and how to get it.
+/// is a build of the source tree (see [`freeride_agent::testbed::ensure_built`]).
 pub fn ensure_testbed_built() -> Result<(), String> {
-    let missing: Vec<&str> = TESTBED_FILES
-        .iter()
-        .copied()
-        .filter(|f| sibling(f).is_err())
-        .collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let manifest = root.join("Cargo.toml");
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find my own executable: {e}"))?;
-    let exe_dir = exe.parent().unwrap_or(Path::new("/"));
-    let built_here = match (exe_dir.canonicalize(), root.canonicalize()) {
-        (Ok(d), Ok(r)) => d.starts_with(r.join("target")) || via_cargo_run(),
-        _ => false,
-    };
-    if !built_here || !manifest.exists() {
-        return Err(format!(
-            "the test bed that `freeride sim` and `freeride demo` run is not next to {}: {} \
-             missing. They are built with the workspace, not installed with freeride: in a \
-             checkout of freeride, `cargo build --release --workspace --all-targets`, then run \
-             target/release/freeride from there (or `cargo run --release -p freeride-agent -- \
-             demo`)",
-            exe.display(),
-            missing.join(", ")
-        ));
-    }
-    let release = exe_dir.ends_with("release");
-    eprintln!("freeride: building the test bed first (stand-in CUDA/NCCL, pipesim, libfreeride.so, side tasks)...");
-    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    cmd.args(["build", "--workspace", "--all-targets", "--manifest-path"])
-        .arg(&manifest);
-    if release {
-        cmd.arg("--release");
-    }
-    let st = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;
-    if !st.success() {
-        return Err(format!("building the test bed failed ({st})"));
-    }
-    match TESTBED_FILES.iter().find(|f| sibling(f).is_err()) {
-        Some(f) => Err(format!(
-            "{f} still missing next to {} after building the workspace at {}",
-            exe.display(),
-            root.display()
-        )),
-        None => Ok(()),
-    }
-}
-
-/// Whether `cargo run` of this package started this process (cargo sets
-/// `CARGO_MANIFEST_DIR` for what it runs, as for what it compiles).
-fn via_cargo_run() -> bool {
-    let ours = Path::new(env!("CARGO_MANIFEST_DIR")).canonicalize().ok();
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .and_then(|d| Path::new(&d).canonicalize().ok())
-        .is_some_and(|d| Some(d) == ours)
-}
-
-/// A folder under /dev/shm (mode 0700) removed on drop.
-pub struct ScratchDir(pub PathBuf);
-
-impl ScratchDir {
-    pub fn new(tag: &str) -> Result<ScratchDir, String> {
-        let base = if Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        crate::sim_procs::remove_stale_scratch(&base, tag);
-        let p = base.join(format!(
-            "freeride-{tag}-{}-{}",
-            std::process::id(),
-            now_ns()
-        ));
-        session::ensure_dir(&p).map_err(|e| format!("cannot create {}: {e}", p.display()))?;
-        Ok(ScratchDir(p))
-    }
-}
-
-impl Drop for ScratchDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+    freeride_agent::testbed::ensure_built(TESTBED_FILES)
 }
 
 /// What the agent loop saw and what it cost.

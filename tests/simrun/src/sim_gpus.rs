@@ -1,8 +1,8 @@
 //! `freeride sim`'s per-GPU view: for every trainer process (a rank on its physical GPU), its
 //! share of idle time and what the agent and the side tasks made of that GPU, over the same
 //! iterations as the job-wide scores (`crate::sim::score`, `crate::sim::harvest`).
-use crate::inference::score::{clip, merge, Tally};
 use crate::sim::{scored_iterations, SimResult};
+use freeride_agent::inference::score::{clip, merge, Tally};
 
 /// One rank's GPU.
 #[derive(Clone, Debug, PartialEq)]

@@ -1,0 +1,39 @@
+//! `freeride-sim`: the test bed's `freeride sim` and `freeride demo`. The product's `freeride`
+//! execs it with its own command line (`freeride sim ARGS` runs `freeride-sim sim ARGS`, argv[0]
+//! kept: the usage lines name `freeride`); it also runs alone (`freeride-sim demo`).
+use clap::{Parser, Subcommand};
+
+mod demo_cmd;
+mod sim_cmd;
+
+#[derive(Parser)]
+#[command(
+    name = "freeride-sim",
+    version,
+    about = "The test bed's freeride sim and freeride demo: the simulated pipeline under freeride"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Every subcommand takes `-1` as a value (`--stages -1` is refused as "must be at least 1", not
+/// as an unknown flag `-1`).
+#[derive(Subcommand)]
+enum Command {
+    /// The simulated 4-stage 1F1B pipeline under freeride: what the agent finds, with pictures.
+    #[command(allow_negative_numbers = true)]
+    Demo(demo_cmd::DemoArgs),
+    /// Run the simulated pipeline (pipesim) under freeride with the agent and score its bubbles.
+    #[command(allow_negative_numbers = true)]
+    Sim(Box<sim_cmd::SimArgs>),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Command::Sim(a) => sim_cmd::main(*a),
+        Command::Demo(a) => demo_cmd::main(a),
+    };
+    std::process::exit(code)
+}
