@@ -399,7 +399,8 @@ fn init() {
     // First, so that a fork at any later point of the initialization resets the child.
     register_handlers();
     let st = do_init();
-    STATE.store(st, Ordering::Release);
+    // The process's first record, before the state is published: the other threads, waiting for
+    // the initialization, push their records only after it.
     if st != OFF {
         let role = if st == SIDETASK {
             Role::Sidetask
@@ -423,6 +424,7 @@ fn init() {
             })
         });
     }
+    STATE.store(st, Ordering::Release);
 }
 
 fn do_init() -> u8 {
