@@ -112,13 +112,14 @@ impl Node {
         self.obs.clear();
         self.collector.poll(now, &mut self.obs);
         for o in &self.obs {
+            let device = o.gpu.map_or(-1, |g| g.index() as i32);
             let t = self.trainers.entry(o.pid).or_insert_with(|| Trainer {
-                device: o.device,
+                device,
                 detector: Detector::new(),
                 since_ns: now,
             });
-            if o.device >= 0 {
-                t.device = o.device;
+            if device >= 0 {
+                t.device = device;
             }
             t.detector.observe(o.obs);
             for b in t.detector.take_closed() {

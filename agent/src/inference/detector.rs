@@ -104,8 +104,8 @@ impl Detector {
 
     pub fn observe(&mut self, obs: Obs) {
         match obs {
-            Obs::Launch { t } => self.on_launch(t),
-            Obs::CommIssue { t, id, sig } => {
+            Obs::Launch { t, .. } => self.on_launch(t),
+            Obs::CommIssue { t, id, sig, .. } => {
                 if self.ops.len() >= MAX_PENDING_OPS {
                     self.ops.clear();
                 }
@@ -133,6 +133,8 @@ impl Detector {
                     self.close_as(o, t, t, true);
                 }
             }
+            // Not part of today's model.
+            _ => {}
         }
     }
 
@@ -155,7 +157,7 @@ impl Detector {
             return;
         };
         op.begin = Some(t);
-        let blocks = op.sig.blocks_compute();
+        let blocks = op.sig.has_recv() || op.sig.collective();
         let member = Member {
             pos: op.pos,
             sig: op.sig,
@@ -270,52 +272,56 @@ impl Detector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::inference::obs::CommKind;
 
     const RECV: CommSig = CommSig {
-        has_send: false,
-        has_recv: true,
-        collective: false,
+        comm: 1,
+        kind: CommKind::Recv,
         peer: 0,
         bytes: 8,
     };
     const SEND: CommSig = CommSig {
-        has_send: true,
-        has_recv: false,
-        collective: false,
+        comm: 1,
+        kind: CommKind::Send,
         peer: 1,
         bytes: 8,
     };
     const AR: CommSig = CommSig {
-        has_send: false,
-        has_recv: false,
-        collective: true,
+        comm: 2,
+        kind: CommKind::AllReduce,
         peer: -1,
         bytes: 8,
     };
 
     fn op(d: &mut Detector, id: u64, sig: CommSig, issue: Ns, begin: Ns, end: Ns) {
-        d.observe(Obs::CommIssue { t: issue, id, sig });
+        d.observe(Obs::CommIssue {
+            t: issue,
+            id,
+            sig,
+            stream: 0,
+        });
         op_begin_end(d, id, begin, end);
     }
 
     #[test]
     fn a_receive_is_a_bubble_from_begin_to_end() {
         let mut d = Detector::new();
-        d.observe(Obs::Launch { t: 10 });
+        d.observe(Obs::Launch { t: 10, stream: 0 });
         d.observe(Obs::CommIssue {
             t: 20,
             id: 1,
             sig: RECV,
+            stream: 0,
         });
         // Compute queued after the receive waits for it: the launch must not end the bubble.
-        d.observe(Obs::Launch { t: 30 });
+        d.observe(Obs::Launch { t: 30, stream: 0 });
         d.observe(Obs::CommBegin {
             id: 1,
             t: 100,
             seen: 150,
         });
         assert_eq!(d.open_now().map(|b| b.start), Some(100));
-        d.observe(Obs::Launch { t: 200 });
+        d.observe(Obs::Launch { t: 200, stream: 0 });
         assert!(d.open_now().is_some());
         d.observe(Obs::CommEnd {
             id: 1,
@@ -338,8 +344,9 @@ mod tests {
             t: 20,
             id: 1,
             sig: SEND,
+            stream: 0,
         });
-        d.observe(Obs::Launch { t: 30 });
+        d.observe(Obs::Launch { t: 30, stream: 0 });
         d.observe(Obs::CommBegin {
             id: 1,
             t: 100,
@@ -361,6 +368,7 @@ mod tests {
             t: 20,
             id: 1,
             sig: SEND,
+            stream: 0,
         });
         d.observe(Obs::CommBegin {
             id: 1,
@@ -368,7 +376,7 @@ mod tests {
             seen: 150,
         });
         assert!(d.open_now().is_some());
-        d.observe(Obs::Launch { t: 400 });
+        d.observe(Obs::Launch { t: 400, stream: 0 });
         assert!(d.open_now().is_none());
         let b = d.take_closed();
         assert_eq!((b[0].start, b[0].end), (100, 400));
@@ -383,12 +391,16 @@ mod tests {
             id += 1;
             op(&mut d, id, RECV, t, t + 1_000, t + 11_000);
             // The host was waiting for the receive: it queues compute as soon as it returns.
-            d.observe(Obs::Launch { t: t + 11_000 });
+            d.observe(Obs::Launch {
+                t: t + 11_000,
+                stream: 0,
+            });
             id += 1;
             d.observe(Obs::CommIssue {
                 t: t + 20_000,
                 id,
                 sig: AR,
+                stream: 0,
             });
             d.observe(Obs::CommBegin {
                 id,
@@ -404,7 +416,10 @@ mod tests {
                 t: t + 23_000,
                 seen: t + 23_050,
             });
-            d.observe(Obs::Launch { t: t + 23_000 });
+            d.observe(Obs::Launch {
+                t: t + 23_000,
+                stream: 0,
+            });
             t += 30_000;
         }
         let closed = d.take_closed();
@@ -422,7 +437,10 @@ mod tests {
         // The host sleeps in a synchronize: the GPU stays idle after the receive ends.
         assert!(d.open_now().is_some());
         assert!(d.take_closed().is_empty());
-        d.observe(Obs::Launch { t: 1_300 });
+        d.observe(Obs::Launch {
+            t: 1_300,
+            stream: 0,
+        });
         assert!(d.open_now().is_none());
         let b = d.take_closed();
         assert_eq!((b[0].start, b[0].end), (100, 1_300));
@@ -435,8 +453,9 @@ mod tests {
             t: 0,
             id: 1,
             sig: RECV,
+            stream: 0,
         });
-        d.observe(Obs::Launch { t: 10 });
+        d.observe(Obs::Launch { t: 10, stream: 0 });
         op_begin_end(&mut d, 1, 100, 1_000);
         let b = d.take_closed();
         assert_eq!((b[0].start, b[0].end), (100, 1_000));
@@ -450,9 +469,10 @@ mod tests {
             t: 0,
             id: 1,
             sig: SEND,
+            stream: 0,
         });
         // The launch is seen before the poller reports the send's GPU begin (at 100).
-        d.observe(Obs::Launch { t: 400 });
+        d.observe(Obs::Launch { t: 400, stream: 0 });
         op_begin_end(&mut d, 1, 100, 200);
         let b = d.take_closed();
         assert_eq!(b.len(), 1);

@@ -12,6 +12,8 @@
 pub mod detector;
 pub mod obs;
 pub mod pattern;
+#[cfg(test)]
+pub mod replay;
 pub mod score;
 
 pub use detector::{Bubble, Detector};

@@ -113,7 +113,7 @@ impl Pattern {
             index: self.current.len(),
         };
         self.current.push(sig);
-        if sig.collective {
+        if sig.collective() {
             self.end_iteration(t);
         }
         pos
@@ -205,20 +205,23 @@ impl Pattern {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::inference::obs::CommKind;
 
     fn p2p(has_send: bool, has_recv: bool, peer: i32) -> CommSig {
         CommSig {
-            has_send,
-            has_recv,
-            collective: false,
+            comm: 1,
+            kind: match (has_send, has_recv) {
+                (true, true) => CommKind::SendRecv,
+                (true, false) => CommKind::Send,
+                _ => CommKind::Recv,
+            },
             peer,
             bytes: 4096,
         }
     }
     const AR: CommSig = CommSig {
-        has_send: false,
-        has_recv: false,
-        collective: true,
+        comm: 2,
+        kind: CommKind::AllReduce,
         peer: -1,
         bytes: 4,
     };
