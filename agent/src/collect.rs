@@ -166,6 +166,15 @@ impl Collector {
                 translate(p, d, now, out);
             }
             let info = p.reader.info();
+            if info.dropped > p.view.dropped && p.view.role == Some(Role::Trainer) {
+                // The writer is dropping records (its ring is full): what its GPU does is unknown
+                // until records come again.
+                out.push(TrainerObs {
+                    pid: p.view.pid,
+                    gpu: GpuId::from_record(p.view.device),
+                    obs: Obs::Lost { t: now },
+                });
+            }
             p.view.dropped = info.dropped;
             if info.device >= 0 {
                 p.view.device = info.device;
@@ -486,6 +495,7 @@ fn translate(p: &mut Proc, d: &Decoded, now: Ns, out: &mut Vec<TrainerObs>) {
             },
             None => return,
         },
+        Event::Dropped { count } if count > 0 => Obs::Lost { t: d.t_ns },
         Event::ProcessExit { .. } => Obs::Exit { t: d.t_ns },
         _ => return,
     };

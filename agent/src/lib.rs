@@ -2,6 +2,7 @@
 pub mod bell;
 pub mod collect;
 pub mod evict;
+pub mod grant_log;
 pub mod grants;
 pub mod inference;
 pub mod node;

@@ -8,7 +8,7 @@
 //! the interposer pushed them (host calls in call order, GPU-side ones when its poller saw them).
 //!
 //! What today's rings carry: `Launch` (with its stream), `CommIssue` (stream, communicator, peer,
-//! bytes), `CommBegin`/`CommEnd`, `Sync`, `Exit`. `EventRecord`, `StreamWait`, `WaitReached`/
+//! bytes), `CommBegin`/`CommEnd`, `Sync`, `Lost` (the ring's report of dropped records), `Exit`. `EventRecord`, `StreamWait`, `WaitReached`/
 //! `WaitReleased` and `CommUntimed` arrive with the interposer's stream-wait hooks (issue 14's
 //! producer side); until then the inference assumes what PyTorch's ProcessGroupNCCL does (see
 //! `super::timeline`). A timeline that has seen one `EventRecord` or `StreamWait` trusts them from then
@@ -180,6 +180,9 @@ pub enum Obs {
     WaitReleased { wait: u64, t: Ns, seen: Ns },
     /// The host was blocked in a synchronize from `t0` to `t1`.
     Sync { t0: Ns, t1: Ns, on: SyncOn },
+    /// Records of the process were lost before `t` (its ring was full): what the GPU did since
+    /// the last records is unknown.
+    Lost { t: Ns },
     /// The process is exiting (at `t`): whatever bubble is open ends there.
     Exit { t: Ns },
 }
@@ -196,6 +199,7 @@ impl Obs {
             | Obs::StreamWait { t, .. }
             | Obs::WaitReached { t, .. }
             | Obs::WaitReleased { t, .. }
+            | Obs::Lost { t }
             | Obs::Exit { t } => t,
             Obs::Sync { t1, .. } => t1,
             Obs::CommUntimed { .. } => 0,

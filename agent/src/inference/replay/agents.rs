@@ -1,55 +1,47 @@
-//! The agents the harness replays: the inference and grant policy as `crate::node` runs them.
-use super::super::detector::{Bubble, Detector};
+//! The agent the harness replays: the inference and grant policy as `crate::node` runs them.
+use super::super::bubble::Bubble;
+use super::super::gpus::Gpus;
 use super::super::obs::{GpuId, Ns, Obs};
 use super::Agent;
-use crate::grants::GrantPolicy;
-use std::collections::BTreeMap;
+use crate::grants::{decide_all, GrantPolicy};
 
-/// The agent before issue 14: one detector per process, the process's GPU the one its latest
-/// record named, each GPU's grant decided from its trainers' open bubbles in pid order (the last
-/// one's decision is what the GPU's grant block holds).
-pub struct Before {
-    trainers: BTreeMap<u32, (GpuId, Detector)>,
-    policy: GrantPolicy,
-    closed: Vec<(u32, GpuId, Bubble)>,
+/// The node's timelines and the grant policy (without rings and grant blocks).
+pub struct NodeAgent {
+    pub gpus: Gpus,
+    pub policy: GrantPolicy,
+    /// The most comm ops the timelines held pending at once.
+    pub max_pending: usize,
 }
 
-impl Before {
-    pub fn new() -> Before {
-        Before {
-            trainers: BTreeMap::new(),
+impl NodeAgent {
+    pub fn new() -> NodeAgent {
+        NodeAgent {
+            gpus: Gpus::new(),
             policy: GrantPolicy::default(),
-            closed: vec![],
+            max_pending: 0,
         }
     }
 }
 
-impl Agent for Before {
-    fn observe(&mut self, pid: u32, gpu: GpuId, obs: Obs) {
-        let t = self
-            .trainers
-            .entry(pid)
-            .or_insert_with(|| (gpu, Detector::new()));
-        t.0 = gpu;
-        t.1.observe(obs);
-        for b in t.1.take_closed() {
-            self.closed.push((pid, t.0, b));
-        }
+impl Agent for NodeAgent {
+    fn observe(&mut self, pid: u32, gpu: GpuId, obs: Obs, now: Ns) {
+        self.gpus.observe(pid, Some(gpu), obs, now);
     }
 
     fn grants(&mut self, now: Ns) -> Vec<(GpuId, Option<Ns>)> {
-        let mut by_gpu = BTreeMap::new();
-        for (gpu, d) in self.trainers.values() {
-            by_gpu.insert(*gpu, self.policy.decide(now, d.open_now()));
-        }
-        by_gpu.into_iter().collect()
+        self.max_pending = self.max_pending.max(self.gpus.pending_ops());
+        decide_all(&self.policy, &self.gpus, now)
     }
 
     fn take_closed(&mut self) -> Vec<(u32, GpuId, Bubble)> {
-        std::mem::take(&mut self.closed)
+        self.gpus.take_closed()
     }
 
     fn gone(&mut self, pid: u32) {
-        self.trainers.remove(&pid);
+        self.gpus.retain(|p| p != pid);
+    }
+
+    fn max_pending(&self) -> Option<usize> {
+        Some(self.max_pending)
     }
 }

@@ -12,7 +12,7 @@ pub mod gpu;
 pub mod jobs;
 mod shapes;
 
-use super::detector::Bubble;
+use super::bubble::Bubble;
 use super::obs::{GpuId, Ns, Obs};
 use super::score::{clip, merge, overlap, total, Tally};
 use gpu::Run;
@@ -20,13 +20,18 @@ use std::collections::{BTreeMap, HashMap};
 
 /// What the harness drives: the agent's inference and grant policy, without rings.
 pub trait Agent {
-    fn observe(&mut self, pid: u32, gpu: GpuId, obs: Obs);
+    /// One record, seen by the agent at `now`.
+    fn observe(&mut self, pid: u32, gpu: GpuId, obs: Obs, now: Ns);
     /// The grant of every GPU it knows at `now`: `Some(until)` when open.
     fn grants(&mut self, now: Ns) -> Vec<(GpuId, Option<Ns>)>;
     /// Bubbles closed since the last call: (process, GPU, bubble).
     fn take_closed(&mut self) -> Vec<(u32, GpuId, Bubble)>;
     /// Processes that ended (their rings drained and closed).
     fn gone(&mut self, _pid: u32) {}
+    /// The most comm ops it held pending at once, if it tells.
+    fn max_pending(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// How the replay runs.
@@ -63,6 +68,8 @@ pub struct Report {
     /// True idle time of each GPU (all its processes idle) in the scored window.
     pub idle_ns: BTreeMap<GpuId, Ns>,
     pub bubbles: usize,
+    /// The most comm ops the agent held pending at once.
+    pub max_pending: Option<usize>,
     /// Per iteration (by index, over all processes): bubbles of at least [`RIGHT_MIN_NS`] whose end
     /// was predicted within [`RIGHT_TOLERANCE`] when they opened, and all such bubbles.
     pub right_per_iteration: Vec<(usize, usize)>,
@@ -115,7 +122,7 @@ impl Report {
     /// One line of figures for test messages and notes.
     pub fn line(&self) -> String {
         format!(
-            "precision {:.3} recall {:.3} forecast P {:.3} R {:.3} granted {:.1} ms ({:.3} of idle) over_busy {:.4} bubbles {}",
+            "precision {:.3} recall {:.3} forecast P {:.3} R {:.3} granted {:.1} ms ({:.3} of idle) over_busy {:.4} bubbles {} pending ops at most {:?}",
             self.inferred.precision(),
             self.inferred.recall(),
             self.forecast.precision(),
@@ -123,7 +130,8 @@ impl Report {
             self.granted() as f64 / 1e6,
             self.granted_share(),
             self.over_busy_share(),
-            self.bubbles
+            self.bubbles,
+            self.max_pending
         )
     }
 }
@@ -142,6 +150,13 @@ pub fn replay(run: &Run, agent: &mut dyn Agent, cfg: &Replay) -> Report {
                 continue;
             }
             all.push((p.at, pid, p.gpu, p.obs));
+        }
+        // The collector sees the ring's count of dropped records grow at once, and the ring
+        // reports the loss once it has room again.
+        for &(q, a, b) in cfg.lost.iter().filter(|l| l.0 == pid) {
+            let gpu = v.first().map(|p| p.gpu).unwrap_or_default();
+            all.push((a, q, gpu, Obs::Lost { t: a }));
+            all.push((b, q, gpu, Obs::Lost { t: b }));
         }
     }
     all.sort_by_key(|a| (a.0, a.1));
@@ -167,7 +182,7 @@ pub fn replay(run: &Run, agent: &mut dyn Agent, cfg: &Replay) -> Report {
             if let Obs::Exit { t } = obs {
                 exits.insert(pid, t);
             }
-            agent.observe(pid, gpu, obs);
+            agent.observe(pid, gpu, obs, now);
             i += 1;
         }
         for (pid, _) in exits.drain() {
@@ -184,7 +199,9 @@ pub fn replay(run: &Run, agent: &mut dyn Agent, cfg: &Replay) -> Report {
         bubbles.extend(agent.take_closed());
         now += cfg.poll_ns;
     }
-    score(run, cfg, &bubbles, granted)
+    let mut r = score(run, cfg, &bubbles, granted);
+    r.max_pending = agent.max_pending();
+    r
 }
 
 fn score(
