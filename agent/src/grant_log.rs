@@ -1,6 +1,7 @@
 //! A log of every grant the agent published, per GPU: the intervals side tasks were allowed to run
 //! in (from the publication to the earlier of its closing and its deadline), for scoring against
 //! the truth (`freeride sim --json`'s `"grants"`, see [`crate::inference::score::GrantTally`]).
+use crate::inference::score::{clip, merge, GrantTally};
 use crate::inference::{GpuId, Ns};
 use std::collections::BTreeMap;
 
@@ -52,6 +53,12 @@ impl GrantLog {
         v
     }
 
+    /// Granted time of `gpu` within `[from, to)` against its busy intervals there.
+    pub fn tally(&self, gpu: GpuId, from: Ns, to: Ns, busy: &[(Ns, Ns)]) -> GrantTally {
+        let granted = clip(&merge(self.intervals(gpu)), from, to);
+        GrantTally::of(&granted, &clip(&merge(busy.to_vec()), from, to))
+    }
+
     /// Every GPU that was granted.
     pub fn gpus(&self) -> Vec<GpuId> {
         let mut v: Vec<GpuId> = self.done.keys().chain(self.open.keys()).copied().collect();
@@ -82,5 +89,10 @@ mod tests {
         );
         assert_eq!(l.gpus(), vec![g]);
         assert!(l.intervals(GpuId(1)).is_empty());
+        let t = l.tally(g, 150, 2_350, &[(1_100, 1_150), (2_000, 2_050)]);
+        assert_eq!(
+            (t.granted_ns, t.over_busy_ns),
+            (150 + 200 + 100 + 50, 50 + 50)
+        );
     }
 }

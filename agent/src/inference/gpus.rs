@@ -167,3 +167,82 @@ pub fn intersect(v: &[Option<OpenBubble>]) -> Option<OpenBubble> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inference::obs::{CommKind, CommSig, SyncOn};
+
+    #[test]
+    fn one_process_on_two_gpus_has_a_timeline_per_gpu() {
+        let mut g = Gpus::new();
+        let (a, b) = (GpuId(0x3b00), GpuId(0x5e00));
+        let sig = CommSig {
+            comm: 1,
+            kind: CommKind::Recv,
+            peer: 0,
+            bytes: 4,
+        };
+        g.observe(7, Some(a), Obs::Launch { t: 1, stream: 1 }, 1);
+        g.observe(7, Some(b), Obs::Launch { t: 2, stream: 1 }, 2);
+        g.observe(
+            7,
+            Some(b),
+            Obs::CommIssue {
+                t: 3,
+                id: 9,
+                stream: 2,
+                sig,
+            },
+            3,
+        );
+        // The poller's record names no GPU (or another): routed by the op.
+        g.observe(
+            7,
+            None,
+            Obs::CommBegin {
+                id: 9,
+                t: 100,
+                seen: 110,
+            },
+            110,
+        );
+        assert_eq!(g.gpus(), vec![a, b]);
+        assert!(g.open_of(a).is_none(), "GPU A ran nothing that drained");
+        assert_eq!(g.open_of(b).map(|x| x.start), Some(100));
+        g.observe(
+            7,
+            Some(a),
+            Obs::Sync {
+                t0: 5,
+                t1: 50,
+                on: SyncOn::Device,
+            },
+            50,
+        );
+        assert_eq!(g.open_of(a).map(|x| x.start), Some(50));
+        g.observe(7, None, Obs::Exit { t: 200 }, 200);
+        assert!(!g.any_open());
+        assert_eq!(g.take_closed().len(), 2);
+    }
+
+    #[test]
+    fn trainers_sharing_a_gpu_are_idle_only_together() {
+        let b = |start, end| {
+            Some(OpenBubble {
+                start,
+                opened_seen: start,
+                predicted_end: end,
+                shortest_end: end,
+                spread_ns: 0,
+                confidence: 1.0,
+                blocked: false,
+                busy_from: None,
+            })
+        };
+        let both = intersect(&[b(10, Some(100)), b(30, Some(80))]).unwrap();
+        assert_eq!((both.start, both.predicted_end), (30, Some(80)));
+        assert_eq!(intersect(&[b(10, Some(100)), None]), None);
+        assert_eq!(intersect(&[]), None);
+    }
+}

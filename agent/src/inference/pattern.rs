@@ -94,8 +94,10 @@ const STABLE_OPS: u32 = 4;
 /// A predecessor needs this much matched context (a rare op, or a few frequent ones).
 const MIN_PRED: f32 = 3.5;
 /// Ops of history aligned against (the longest iteration the pattern can follow, in ops, is half
-/// of it).
+/// of it). Once the period is known, lags up to three periods (and a margin) are aligned at.
 pub const HISTORY: usize = 2048;
+/// How often (ops) the range of lags aligned at is looked at again.
+const RANGE_EVERY: u64 = 64;
 /// Values kept along a chain of predecessors.
 const VALUES: usize = 5;
 /// Predecessors walked past ops that learnt nothing (a missed iteration, a bubble that did not
@@ -202,6 +204,8 @@ pub struct Pattern {
     /// The lag the newest op was aligned at, and for how many ops in a row.
     last_lag: usize,
     stable: u32,
+    /// The lags aligned at: 1..=max_lag.
+    max_lag: usize,
 }
 
 impl Default for Pattern {
@@ -216,6 +220,7 @@ impl Default for Pattern {
             counts: HashMap::new(),
             last_lag: 0,
             stable: 0,
+            max_lag: HISTORY,
         }
     }
 }
@@ -238,8 +243,13 @@ impl Pattern {
     /// An op of `sig` was issued at `t`: aligns it; returns its index.
     pub fn on_issue(&mut self, sig: CommSig, t: Ns) -> OpIndex {
         let key = Key::of(&sig);
+        if self.ops().is_multiple_of(RANGE_EVERY) {
+            self.max_lag = self
+                .ops_per_iteration()
+                .map_or(HISTORY, |p| (3 * p + 64).min(HISTORY));
+        }
         let n = self.hist.len();
-        let lags = n.min(HISTORY);
+        let lags = n.min(self.max_lag);
         let (mut best, mut best_lag) = (0.0, 0usize);
         let seen = self.counts.get(&key).copied().unwrap_or(0) as f32;
         let weight = (1.0 + (n.max(1) as f32 / (seen + 1.0)).log2()).clamp(WEIGHT_MIN, WEIGHT_MAX);
@@ -320,9 +330,24 @@ impl Pattern {
     }
 
     /// Aligns the ops of the period before op `i` that match the op `lag` before them at that
-    /// lag, with what they learnt carried along the new chain.
+    /// lag, with what they learnt carried along the new chain; the ops of the period before those
+    /// that were aligned at a much shorter lag (inside the first iteration: a repetition within
+    /// it) keep only what they learnt themselves.
     fn relink(&mut self, i: OpIndex, lag: usize) {
         let lag = lag as u64;
+        let cut_from = i.saturating_sub(2 * lag).max(self.first) + 1;
+        for k in cut_from..=i.saturating_sub(lag) {
+            let idx = (k - self.first) as usize;
+            let Some(e) = self.hist.get_mut(idx) else {
+                continue;
+            };
+            if e.pred.is_some_and(|p| 2 * (k - p) < lag) {
+                e.pred = None;
+                for v in e.values.iter_mut().flatten() {
+                    *v = Values::with(v.v[0], None);
+                }
+            }
+        }
         let from = i.saturating_sub(lag).max(self.first + lag) + 1;
         for k in from..i {
             let (Some(e), Some(o)) = (self.entry(k), self.entry(k - lag)) else {

@@ -65,17 +65,21 @@ impl Matcher {
                 .filter(|e| e.who == w && alike(&e.sig, s) && e.end.abs_diff(t) <= ISOLATION_NS)
                 .count()
         };
-        let me_alone = isolated(who, &sig, end, &self.recent) == 0;
+        let me_alone = self
+            .recent
+            .iter()
+            .any(|e| e.who != who && e.end.abs_diff(end) <= MATCH_NS)
+            && isolated(who, &sig, end, &self.recent) == 0;
         // Of each other timeline, the op in flight with this one whose end is nearest.
         let mut nearest: Vec<Ended> = vec![];
         for e in self.recent.iter().filter(|e| {
             me_alone
                 && e.who != who
-                && isolated(e.who, &e.sig, e.end, &self.recent) == 1
                 && e.end.abs_diff(end) <= MATCH_NS
                 && e.begin < end
                 && begin < e.end
                 && (related(&sig, &e.sig) || related(&e.sig, &sig))
+                && isolated(e.who, &e.sig, e.end, &self.recent) == 1
         }) {
             match nearest.iter_mut().find(|n| n.who == e.who) {
                 Some(n) if n.end.abs_diff(end) > e.end.abs_diff(end) => *n = *e,

@@ -37,6 +37,8 @@ const MAX_EVENTS: usize = 8192;
 const MAX_TRANSFERS: usize = 256;
 /// An op issued this long ago that never began is forgotten (it will not be timed)...
 pub const OP_TIMEOUT_NS: Ns = 10_000_000_000;
+/// ...and one that began this long ago and was never seen to end (its end record was lost).
+pub const IN_FLIGHT_TIMEOUT_NS: Ns = 60_000_000_000;
 /// ...and so is one that never began this long after a synchronize that covered it returned
 /// (its GPU times would have come by then).
 pub const SYNCED_GRACE_NS: Ns = 50_000_000;
@@ -77,6 +79,9 @@ struct Open {
     anchor: Option<(OpIndex, Part)>,
 }
 
+/// A known transfer: from, to, and where a bubble after it is learnt.
+type Transfer = (Ns, Ns, Option<(OpIndex, Part)>);
+
 /// The GPU-level idle window of the timeline.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Idle {
@@ -101,10 +106,14 @@ pub struct Timeline {
     ops: HashMap<u64, Op>,
     /// Pending ops in issue order (ids; ended ones are skipped lazily).
     order: VecDeque<u64>,
+    /// Ops that began and have not ended: their pattern index, and the earliest time each may
+    /// start transferring (its begin plus the shortest wait learnt at its position; its begin when
+    /// nothing was learnt).
+    in_flight: HashMap<u64, (OpIndex, Ns)>,
     transfers: Transfers,
     /// Known transfer intervals (the GPU is busy in them), with the op's pattern index and the
     /// part a bubble after it is learnt as.
-    xfers: VecDeque<(Ns, Ns, Option<(OpIndex, Part)>)>,
+    xfers: VecDeque<Transfer>,
     /// Sends that began with no transfer time learnt yet: busy until they end.
     sending: HashMap<u64, Ns>,
     pattern: Pattern,
@@ -147,24 +156,8 @@ impl Timeline {
     /// The bubble open now, if any.
     pub fn open_now(&self) -> Option<OpenBubble> {
         let mut b = self.open.as_ref()?.bubble;
-        b.busy_from = self.busy_from();
+        b.busy_from = self.in_flight.values().map(|x| x.1).min();
         Some(b)
-    }
-
-    /// The earliest time an op in flight may start transferring: its begin plus the shortest wait
-    /// learnt at its position (its begin when nothing was learnt).
-    fn busy_from(&self) -> Option<Ns> {
-        self.ops
-            .values()
-            .filter_map(|o| {
-                let b = o.begin?;
-                let wait = self
-                    .pattern
-                    .predict(o.pos, WAIT)
-                    .map_or(0, |p| p.shortest_ns);
-                Some(b + wait)
-            })
-            .min()
     }
 
     /// Bubbles closed since the last call.
@@ -260,6 +253,11 @@ impl Timeline {
                     s.lost();
                 }
                 self.sending.clear();
+                // Their ends may be among the lost records.
+                let begun: Vec<u64> = self.in_flight.keys().copied().collect();
+                for x in begun {
+                    self.forget(x);
+                }
             }
             Obs::Exit { t } => {
                 if let Some(mut o) = self.open.take() {
@@ -327,7 +325,8 @@ impl Timeline {
 
     /// Forgets the ops that never began and will not be timed (issued more than
     /// [`OP_TIMEOUT_NS`] before `t`, or covered by a synchronize that returned more than
-    /// [`SYNCED_GRACE_NS`] ago); looked at every [`EXPIRE_EVERY_NS`].
+    /// [`SYNCED_GRACE_NS`] ago), and those whose end was lost ([`IN_FLIGHT_TIMEOUT_NS`]);
+    /// looked at every [`EXPIRE_EVERY_NS`].
     fn expire(&mut self, t: Ns) {
         if t < self.expire_at {
             return;
@@ -336,10 +335,12 @@ impl Timeline {
         let stale: Vec<u64> = self
             .ops
             .iter()
-            .filter(|(_, o)| {
-                o.begin.is_none()
-                    && (o.issued + OP_TIMEOUT_NS < t
-                        || o.synced.is_some_and(|s| s + SYNCED_GRACE_NS < t))
+            .filter(|(_, o)| match o.begin {
+                None => {
+                    o.issued + OP_TIMEOUT_NS < t
+                        || o.synced.is_some_and(|s| s + SYNCED_GRACE_NS < t)
+                }
+                Some(b) => b + IN_FLIGHT_TIMEOUT_NS < t,
             })
             .map(|(&x, _)| x)
             .collect();
@@ -369,6 +370,7 @@ impl Timeline {
         if self.ops.remove(&id).is_none() {
             return;
         }
+        self.in_flight.remove(&id);
         self.sending.remove(&id);
         for s in self.streams.values_mut() {
             for b in s.blockers_mut() {
@@ -410,6 +412,8 @@ impl Timeline {
         }
         op.begin = Some(t);
         let (stream, sig, pos) = (op.stream, op.sig, op.pos);
+        let wait = self.pattern.predict(pos, WAIT).map_or(0, |p| p.shortest_ns);
+        self.in_flight.insert(id, (pos, t + wait));
         let deps = std::mem::take(&mut op.deps);
         self.forget_before(stream, id, false);
         for (s, k) in deps {
@@ -476,6 +480,7 @@ impl Timeline {
             }
         }
         self.ops.remove(&id);
+        self.in_flight.remove(&id);
     }
 
     fn on_wait(&mut self, stream: StreamId, event: u64, wait: u64) {
@@ -706,6 +711,9 @@ impl Timeline {
             self.pattern.record(a, part, end - b.start);
         }
         self.emitted_until = self.emitted_until.max(end);
+        // Transfers before what was reported no longer matter.
+        let done = self.emitted_until;
+        self.xfers.retain(|x| x.1 > done);
         self.closed.push(Bubble {
             start: b.start,
             end,
@@ -715,5 +723,340 @@ impl Timeline {
             confidence: b.confidence,
             cut_by_exit,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inference::obs::CommKind;
+
+    const C: StreamId = 7;
+    const P2P: StreamId = 20;
+
+    fn recv() -> CommSig {
+        CommSig {
+            comm: 1,
+            kind: CommKind::Recv,
+            peer: 0,
+            bytes: 4,
+        }
+    }
+
+    /// An eager send on the receives' communicator: its duration bounds their transfers (50 ns).
+    fn learn_transfer(tl: &mut Timeline) {
+        let send = CommSig {
+            kind: CommKind::Send,
+            ..recv()
+        };
+        feed(
+            tl,
+            &[
+                Obs::CommIssue {
+                    t: 10,
+                    id: 100,
+                    stream: P2P,
+                    sig: send,
+                },
+                Obs::CommBegin {
+                    id: 100,
+                    t: 20,
+                    seen: 20,
+                },
+                Obs::CommEnd {
+                    id: 100,
+                    t: 70,
+                    seen: 70,
+                },
+            ],
+        );
+        tl.take_closed();
+    }
+
+    fn feed(tl: &mut Timeline, obs: &[Obs]) {
+        for &o in obs {
+            let now = match o {
+                Obs::CommBegin { seen, .. }
+                | Obs::CommEnd { seen, .. }
+                | Obs::WaitReached { seen, .. }
+                | Obs::WaitReleased { seen, .. } => seen,
+                o => o.time(),
+            };
+            tl.observe(o, now);
+        }
+    }
+
+    #[test]
+    fn todays_rings_a_receive_the_host_waits_for_is_a_bubble_until_its_next_launch() {
+        let mut tl = Timeline::new();
+        learn_transfer(&mut tl);
+        feed(
+            &mut tl,
+            &[
+                Obs::Launch { t: 100, stream: C },
+                Obs::CommIssue {
+                    t: 200,
+                    id: 1,
+                    stream: P2P,
+                    sig: recv(),
+                },
+                // The op's stream waited for the compute: its begin is the drain.
+                Obs::CommBegin {
+                    id: 1,
+                    t: 1_000,
+                    seen: 1_100,
+                },
+            ],
+        );
+        assert_eq!(tl.open_now().map(|b| b.start), Some(1_000));
+        feed(
+            &mut tl,
+            &[
+                Obs::CommEnd {
+                    id: 1,
+                    t: 9_000,
+                    seen: 9_100,
+                },
+                Obs::Sync {
+                    t0: 300,
+                    t1: 9_050,
+                    on: SyncOn::Stream(P2P),
+                },
+                Obs::Launch {
+                    t: 9_200,
+                    stream: C,
+                },
+            ],
+        );
+        assert!(tl.open_now().is_none());
+        // Idle from the drain to its transfer, and from its end to the host's next launch.
+        let b: Vec<_> = tl.take_closed().iter().map(|b| (b.start, b.end)).collect();
+        assert_eq!(b, vec![(1_000, 8_950), (9_000, 9_200)]);
+
+        // With nothing learnt of the transfer, the whole receive counts as transferring.
+        let mut tl = Timeline::new();
+        feed(
+            &mut tl,
+            &[
+                Obs::Launch { t: 100, stream: C },
+                Obs::CommIssue {
+                    t: 200,
+                    id: 1,
+                    stream: P2P,
+                    sig: recv(),
+                },
+                Obs::CommBegin {
+                    id: 1,
+                    t: 1_000,
+                    seen: 1_100,
+                },
+                Obs::CommEnd {
+                    id: 1,
+                    t: 9_000,
+                    seen: 9_100,
+                },
+                Obs::Launch {
+                    t: 9_200,
+                    stream: C,
+                },
+            ],
+        );
+        let b: Vec<_> = tl.take_closed().iter().map(|b| (b.start, b.end)).collect();
+        assert_eq!(b, vec![(9_000, 9_200)]);
+    }
+
+    #[test]
+    fn a_launch_behind_a_wait_keeps_the_bubble_one_that_can_run_ends_it() {
+        let mut tl = Timeline::new();
+        learn_transfer(&mut tl);
+        feed(
+            &mut tl,
+            &[
+                Obs::Launch { t: 100, stream: C },
+                Obs::CommIssue {
+                    t: 200,
+                    id: 1,
+                    stream: P2P,
+                    sig: recv(),
+                },
+                Obs::EventRecord {
+                    t: 210,
+                    event: 5,
+                    stream: P2P,
+                },
+                Obs::StreamWait {
+                    t: 220,
+                    stream: C,
+                    event: 5,
+                    wait: 9,
+                },
+                // Queued behind the wait: cannot run before the receive.
+                Obs::Launch { t: 230, stream: C },
+                Obs::WaitReached {
+                    wait: 9,
+                    t: 2_000,
+                    seen: 2_100,
+                },
+            ],
+        );
+        let open = tl
+            .open_now()
+            .expect("the compute stream is held by the wait");
+        assert_eq!(open.start, 2_000);
+        assert!(open.blocked);
+        feed(
+            &mut tl,
+            &[Obs::WaitReleased {
+                wait: 9,
+                t: 8_000,
+                seen: 8_100,
+            }],
+        );
+        assert!(tl.open_now().is_none());
+        // Until the transfer of the receive it waited for.
+        let b: Vec<_> = tl.take_closed().iter().map(|b| (b.start, b.end)).collect();
+        assert_eq!(b, vec![(2_000, 7_950)]);
+
+        // A launch with no wait before it runs at once.
+        let mut tl = Timeline::new();
+        feed(
+            &mut tl,
+            &[
+                Obs::Launch { t: 100, stream: C },
+                Obs::Sync {
+                    t0: 150,
+                    t1: 1_000,
+                    on: SyncOn::Device,
+                },
+            ],
+        );
+        assert_eq!(tl.open_now().map(|b| b.start), Some(1_000));
+        feed(
+            &mut tl,
+            &[Obs::Launch {
+                t: 3_000,
+                stream: C,
+            }],
+        );
+        assert!(tl.open_now().is_none());
+        assert_eq!(
+            tl.take_closed()
+                .iter()
+                .map(|b| (b.start, b.end))
+                .collect::<Vec<_>>(),
+            vec![(1_000, 3_000)]
+        );
+    }
+
+    #[test]
+    fn untimed_ops_are_forgotten_and_the_table_stays_bounded() {
+        let mut tl = Timeline::new();
+        tl.observe(Obs::Launch { t: 1, stream: C }, 1);
+        for id in 0..(MAX_PENDING_OPS as u64 + 100) {
+            let t = 10 + id;
+            tl.observe(
+                Obs::CommIssue {
+                    t,
+                    id,
+                    stream: P2P,
+                    sig: recv(),
+                },
+                t,
+            );
+            if id % 2 == 0 {
+                tl.observe(Obs::CommUntimed { id }, t);
+            }
+        }
+        assert!(tl.pending_ops() <= MAX_PENDING_OPS);
+        // An op of the same stream that begins: those before it will never be timed.
+        tl.observe(
+            Obs::CommBegin {
+                id: MAX_PENDING_OPS as u64 + 99,
+                t: 10_000,
+                seen: 10_000,
+            },
+            10_000,
+        );
+        assert_eq!(tl.pending_ops(), 1);
+    }
+
+    #[test]
+    fn the_op_a_wait_waits_for_is_not_evicted() {
+        let mut tl = Timeline::new();
+        feed(
+            &mut tl,
+            &[
+                Obs::Launch { t: 1, stream: C },
+                Obs::CommIssue {
+                    t: 2,
+                    id: 1,
+                    stream: P2P,
+                    sig: recv(),
+                },
+                Obs::EventRecord {
+                    t: 3,
+                    event: 5,
+                    stream: P2P,
+                },
+                Obs::StreamWait {
+                    t: 4,
+                    stream: C,
+                    event: 5,
+                    wait: 0,
+                },
+            ],
+        );
+        for id in 2..(MAX_PENDING_OPS as u64 + 10) {
+            tl.observe(
+                Obs::CommIssue {
+                    t: 10,
+                    id,
+                    stream: 30,
+                    sig: recv(),
+                },
+                10,
+            );
+        }
+        assert!(tl.has_op(1), "evicted the op a wait waits for");
+        assert!(tl.pending_ops() <= MAX_PENDING_OPS);
+    }
+
+    #[test]
+    fn lost_records_close_nothing_and_leave_the_gpu_unknown() {
+        let mut tl = Timeline::new();
+        feed(
+            &mut tl,
+            &[
+                Obs::Launch { t: 100, stream: C },
+                Obs::Sync {
+                    t0: 150,
+                    t1: 1_000,
+                    on: SyncOn::Device,
+                },
+            ],
+        );
+        assert!(tl.open_now().is_some());
+        tl.observe(Obs::Lost { t: 2_000 }, 2_000);
+        assert!(tl.open_now().is_none());
+        assert!(
+            tl.take_closed().is_empty(),
+            "a bubble whose end may be lost"
+        );
+        // Known again after the next drain.
+        feed(
+            &mut tl,
+            &[
+                Obs::Launch {
+                    t: 3_000,
+                    stream: C,
+                },
+                Obs::Sync {
+                    t0: 3_100,
+                    t1: 4_000,
+                    on: SyncOn::Device,
+                },
+            ],
+        );
+        assert_eq!(tl.open_now().map(|b| b.start), Some(4_000));
     }
 }

@@ -22,9 +22,12 @@ fn class(kind: CommKind) -> Option<CommKind> {
     (kind.collective()).then_some(kind)
 }
 
+/// (Communicator, class): the newest (bytes, bound) pairs.
+type Bounds = HashMap<(u64, Option<CommKind>), VecDeque<(u64, Ns)>>;
+
 #[derive(Debug, Default)]
 pub struct Transfers {
-    recent: HashMap<(u64, Option<CommKind>), VecDeque<(u64, Ns)>>,
+    recent: Bounds,
 }
 
 impl Transfers {

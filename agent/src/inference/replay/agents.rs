@@ -6,6 +6,7 @@ use super::Agent;
 use crate::grants::{decide_all, GrantPolicy};
 
 /// The node's timelines and the grant policy (without rings and grant blocks).
+#[derive(Default)]
 pub struct NodeAgent {
     pub gpus: Gpus,
     pub policy: GrantPolicy,
@@ -15,11 +16,7 @@ pub struct NodeAgent {
 
 impl NodeAgent {
     pub fn new() -> NodeAgent {
-        NodeAgent {
-            gpus: Gpus::new(),
-            policy: GrantPolicy::default(),
-            max_pending: 0,
-        }
+        NodeAgent::default()
     }
 }
 

@@ -404,7 +404,7 @@ impl Stage<'_> {
         self.launch(1_000_000);
         self.acts.push(Act::Sync(SyncOn::Device));
         if let Some((every, ns)) = self.job.pause {
-            if (it + 1) % every == 0 && it + 1 < self.job.iterations {
+            if (it + 1).is_multiple_of(every) && it + 1 < self.job.iterations {
                 self.acts.push(Act::Host(ns));
             }
         }
