@@ -100,7 +100,6 @@ impl Gpus {
     /// Every GPU with a trainer timeline, in order.
     pub fn gpus(&self) -> Vec<GpuId> {
         let mut v: Vec<GpuId> = self.timelines.keys().map(|k| k.1).collect();
-        v.dedup();
         v.sort();
         v.dedup();
         v

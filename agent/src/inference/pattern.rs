@@ -1,22 +1,31 @@
 //! Learns the recurring sequence of a timeline's communication ops, without a marker, and what is
-//! learnt at each position of it: the lengths of the bubbles learnt at an op (the op the host issued
-//! right after the compute that ran before them), and how long the op waits before it transfers.
+//! learnt at each position of it: the lengths of the bubbles learnt at an op (see [`Part`]) and how
+//! long the op waits for its peers before it transfers.
 //!
 //! Ops are compared by (communicator, kind, peer, log2 size bucket); a neighbouring bucket is a
-//! near-match (sizes vary between iterations). A rare op (one per iteration, say) weighs more than
-//! a frequent one in a match, a mismatch or a gap, so that the first ops of the second iteration
-//! already align with the first iteration rather than with the run of look-alike ops before them. Every new op is aligned with the recent history by an
-//! incremental local alignment of the sequence with itself (Smith-Waterman, one row per op, indexed
-//! by the lag between the aligned ops): the op's *predecessor* is the earlier op whose preceding
-//! context matches best. Scores decay geometrically (a change is followed within a few dozen ops);
-//! of lags that score (nearly) alike, as inside a long run of identical ops, the one the previous op
-//! was aligned at is kept. Once a lag has held for a few ops, the ops of the period before that match
-//! at it are re-linked to it (early in the second iteration the context is too short to tell the
-//! period from a repetition inside the iteration). Insertions (an extra collective), deletions (a missing op), other sizes and
-//! a changed micro-batch count cost a little score, not the alignment. What is learnt at a position
-//! is carried along the chain of predecessors (the newest few values, a missed iteration is skipped
-//! over): it ages out as new values come, it is never wiped on one mismatch.
-//! The iteration's period (ops and ns) is the lag most of the newest ops are aligned at.
+//! near-match (sizes vary between iterations). Every new op is aligned with the recent history by
+//! an incremental local alignment of the sequence with itself (Smith-Waterman, one row per op,
+//! indexed by the lag between the aligned ops): the op's *predecessor* is the earlier op whose
+//! preceding context matches best. Insertions (an extra collective), deletions (a missing op),
+//! other sizes and a changed micro-batch count cost a little score, not the alignment.
+//! * A rare op (one per iteration, say) weighs more than a frequent one in a match, a mismatch or
+//!   a gap, so that the first ops of the second iteration already align with the first iteration
+//!   rather than with the run of look-alike ops before them.
+//! * Scores decay geometrically (a change is followed within a few dozen ops); of lags that score
+//!   (nearly) alike, as inside a long run of identical ops, the one the previous op was aligned at
+//!   is kept.
+//! * Once a lag has held for a few ops, the ops of the period before that match at it are re-linked
+//!   to it (early in the second iteration the context is too short to tell the period from a
+//!   repetition inside the iteration), and the first iteration's links inside itself are cut.
+//! * The iteration's period shows in its rarest op (the gradient all-reduce, the optimizer's
+//!   collectives: once per iteration): the longest recurrence distance of a key, once the
+//!   sequence matches itself at that lag. When it is known, an op is aligned one period back (or a
+//!   few ops off it, past an insertion or a deletion) if an op of its key is there: repetitions
+//!   inside the iteration (the steady state of a pipeline schedule) are not taken for it.
+//!
+//! What is learnt at a position is carried along the chain of predecessors (the newest few values;
+//! a missed iteration is skipped over): it ages out as new values come, it is never wiped on one
+//! mismatch. The iteration's period (ops and ns) is the lag most of the newest ops are aligned at.
 use super::obs::{CommKind, CommSig, Ns};
 use std::collections::{HashMap, VecDeque};
 
@@ -94,10 +103,8 @@ const STABLE_OPS: u32 = 4;
 /// A predecessor needs this much matched context (a rare op, or a few frequent ones).
 const MIN_PRED: f32 = 3.5;
 /// Ops of history aligned against (the longest iteration the pattern can follow, in ops, is half
-/// of it). Once the period is known, lags up to three periods (and a margin) are aligned at.
+/// of it). Once the iteration is known, lags up to three iterations (and a margin) are aligned at.
 pub const HISTORY: usize = 2048;
-/// How often (ops) the range of lags aligned at is looked at again.
-const RANGE_EVERY: u64 = 64;
 /// Values kept along a chain of predecessors.
 const VALUES: usize = 5;
 /// Predecessors walked past ops that learnt nothing (a missed iteration, a bubble that did not
@@ -107,6 +114,13 @@ const WALK: usize = 4;
 const FULL_CONFIDENCE: usize = 3;
 /// The period is the lag at which most of this many of the newest ops are aligned.
 const PERIOD_WINDOW: usize = 256;
+/// An op is aligned within this many ops of one iteration back, when the iteration is known.
+const PERIOD_SLACK: usize = 2;
+/// A recurrence distance is the iteration when at least this share of the ops of the last one
+/// match the op that distance before them.
+const PERIOD_MATCH: f64 = 0.75;
+/// How often (ops) the iteration is looked for again.
+const PERIOD_EVERY: u64 = 16;
 
 /// The newest values along a chain, newest first.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -158,6 +172,9 @@ impl Values {
     }
 }
 
+/// The newest values whose shortest bounds a prediction even outside its group.
+const RECENT_SHORT: usize = 3;
+
 /// Values within this share of each other are the same bubble (a few percent of kernel noise,
 /// and the host's wake-ups).
 const NEAR_SHARE: f64 = 0.2;
@@ -186,6 +203,14 @@ struct Entry {
     values: [Option<Values>; PARTS],
 }
 
+/// How a key recurs.
+#[derive(Clone, Copy, Debug)]
+struct Recur {
+    last: OpIndex,
+    longest: usize,
+    longest_at: OpIndex,
+}
+
 /// The learnt pattern of one timeline.
 #[derive(Debug)]
 pub struct Pattern {
@@ -206,6 +231,11 @@ pub struct Pattern {
     stable: u32,
     /// The lags aligned at: 1..=max_lag.
     max_lag: usize,
+    /// Per key, where it was last, and the longest recent distance between two of it (and when
+    /// that was).
+    recur: HashMap<Key, Recur>,
+    /// The iteration (ops), once its rarest op recurred and the sequence matches itself at it.
+    iteration: Option<usize>,
 }
 
 impl Default for Pattern {
@@ -221,6 +251,8 @@ impl Default for Pattern {
             last_lag: 0,
             stable: 0,
             max_lag: HISTORY,
+            recur: HashMap::new(),
+            iteration: None,
         }
     }
 }
@@ -243,11 +275,6 @@ impl Pattern {
     /// An op of `sig` was issued at `t`: aligns it; returns its index.
     pub fn on_issue(&mut self, sig: CommSig, t: Ns) -> OpIndex {
         let key = Key::of(&sig);
-        if self.ops().is_multiple_of(RANGE_EVERY) {
-            self.max_lag = self
-                .ops_per_iteration()
-                .map_or(HISTORY, |p| (3 * p + 64).min(HISTORY));
-        }
         let n = self.hist.len();
         let lags = n.min(self.max_lag);
         let (mut best, mut best_lag) = (0.0, 0usize);
@@ -277,18 +304,25 @@ impl Pattern {
         for d in lags + 1..self.row.len() {
             self.row[d] = 0.0;
         }
-        // Of lags that score alike, the previous op's (or its neighbours', past one gap) is kept.
-        let keep = [
-            self.last_lag,
-            self.last_lag + 1,
-            self.last_lag.wrapping_sub(1),
-        ];
-        if let Some(&d) = keep
-            .iter()
-            .find(|&&d| d >= 1 && d <= lags && self.diag[d] >= best * (1.0 - ALIKE))
-        {
+        // One iteration back (or a few ops off it), when the iteration is known; otherwise, of
+        // lags that score alike, the previous op's is kept.
+        let near_period = self.iteration.filter(|&p| p <= lags).and_then(|p| {
+            (p.saturating_sub(PERIOD_SLACK).max(1)..=(p + PERIOD_SLACK).min(lags))
+                .filter(|&d| self.hist[n - d].key == key)
+                .max_by(|&a, &b| {
+                    self.diag[a]
+                        .total_cmp(&self.diag[b])
+                        .then(b.abs_diff(p).cmp(&a.abs_diff(p)))
+                })
+        });
+        if let Some(d) = near_period {
             best_lag = d;
-            best = self.diag[d];
+            best = self.diag[d].max(MIN_PRED);
+        } else if (1..=lags).contains(&self.last_lag)
+            && self.diag[self.last_lag] >= best * (1.0 - ALIKE)
+        {
+            best_lag = self.last_lag;
+            best = self.diag[best_lag];
         }
         let lag = if best >= MIN_PRED { best_lag } else { 0 };
         self.stable = if lag > 0 && lag == self.last_lag {
@@ -316,6 +350,29 @@ impl Pattern {
             // Lags shift by one with the history: the row stays indexed by lag.
         }
         *self.counts.entry(key).or_default() += 1;
+        let r = self.recur.entry(key).or_insert(Recur {
+            last: index,
+            longest: 0,
+            longest_at: index,
+        });
+        let distance = (index - r.last) as usize;
+        // The longest gap lately (a gap longer ago than a few of it is forgotten).
+        if distance >= r.longest || index - r.longest_at > 4 * r.longest as u64 {
+            r.longest = distance;
+            r.longest_at = index;
+        }
+        r.last = index;
+        if self.recur.len() > HISTORY {
+            let oldest = index.saturating_sub(HISTORY as u64);
+            self.recur.retain(|_, r| r.last >= oldest);
+        }
+        if index.is_multiple_of(PERIOD_EVERY) || self.iteration.is_none_or(|p| distance > p) {
+            let found = self.find_iteration();
+            if found != self.iteration {
+                self.iteration = found;
+                self.max_lag = found.map_or(HISTORY, |p| (3 * p + 64).min(HISTORY));
+            }
+        }
         if self.stable == STABLE_OPS {
             self.relink(index, lag);
         }
@@ -327,6 +384,28 @@ impl Pattern {
             values: [None; PARTS],
         });
         index
+    }
+
+    /// The iteration: the longest recurrence distance of a key, if that key is rare (it occurs
+    /// once in that many ops: the gradient all-reduce, not a send of the steady state) and the
+    /// newest ops match the ops that distance before them. A job with no op that occurs once per
+    /// iteration has none: its alignment is the local one alone.
+    fn find_iteration(&self) -> Option<usize> {
+        let n = self.hist.len();
+        let (key, p) = self
+            .recur
+            .iter()
+            .map(|(k, r)| (*k, r.longest))
+            .filter(|&(_, d)| d > 0 && 2 * d <= n)
+            .max_by_key(|&(_, d)| d)?;
+        let occurrences = (n - 2 * p..n).filter(|&k| self.hist[k].key == key).count();
+        if occurrences > 2 {
+            return None;
+        }
+        let matched = (n - p..n)
+            .filter(|&k| self.hist[k].key == self.hist[k - p].key)
+            .count();
+        (matched as f64 >= PERIOD_MATCH * p as f64).then_some(p)
     }
 
     /// Aligns the ops of the period before op `i` that match the op `lag` before them at that
@@ -368,6 +447,11 @@ impl Pattern {
         }
     }
 
+    /// The iteration found from the rarest op's recurrence (ops), if any.
+    pub fn iteration(&self) -> Option<usize> {
+        self.iteration
+    }
+
     /// The op's predecessor, if it has one in the history.
     pub fn predecessor(&self, i: OpIndex) -> Option<OpIndex> {
         self.entry(i)?.pred
@@ -404,7 +488,10 @@ impl Pattern {
         let (kept, n) = vals.regime();
         let v = &kept[..n];
         let expected = median(v);
-        let shortest = *v.iter().min()?;
+        // A shorter value among the newest few counts even outside the group: a bubble that is
+        // sometimes shorter must not be outlasted the next time it is.
+        let recent_short = vals.v[..vals.n.min(RECENT_SHORT)].iter().copied().min();
+        let shortest = (*v.iter().min()?).min(recent_short.unwrap_or(Ns::MAX));
         let spread = v.iter().map(|&x| x.abs_diff(expected)).sum::<Ns>() / v.len() as Ns;
         let seen = v.len().min(FULL_CONFIDENCE) as f64 / FULL_CONFIDENCE as f64;
         let steadiness = if expected > 0 {
@@ -422,9 +509,12 @@ impl Pattern {
         })
     }
 
-    /// Ops per iteration: the lag at which most of the newest ops are aligned, once the sequence
-    /// was seen twice over. `None` before that.
+    /// Ops per iteration: the iteration found from its rarest op, else the lag at which most of the
+    /// newest ops are aligned, once the sequence was seen twice over. `None` before that.
     pub fn ops_per_iteration(&self) -> Option<usize> {
+        if self.iteration.is_some() {
+            return self.iteration;
+        }
         let mut count: HashMap<usize, usize> = HashMap::new();
         for &l in self.lags.iter().filter(|&&l| l > 0) {
             *count.entry(l).or_default() += 1;
@@ -533,12 +623,13 @@ mod tests {
         let mut t = 0;
         feed(&mut p, &mut t, 0, &it, |_, _| None);
         let second = feed(&mut p, &mut t, 1, &it, |_, _| None);
+        // A few ops of the third iteration: the second is then aligned one iteration back.
+        feed(&mut p, &mut t, 2, &it[..6], |_, _| None);
         let n = it.len() as u64;
         let lags: Vec<_> = second
             .iter()
             .map(|&i| p.predecessor(i).map(|j| i - j))
             .collect();
-        // The first op has no context yet; every later one is one iteration back.
         assert!(lags[1..].iter().all(|&l| l == Some(n)), "{lags:?}");
     }
 
@@ -559,6 +650,7 @@ mod tests {
         let mut t = 0;
         feed(&mut p, &mut t, 0, &it, |_, _| None);
         let second = feed(&mut p, &mut t, 1, &it, |_, _| None);
+        feed(&mut p, &mut t, 2, &it[..6], |_, _| None);
         let n = it.len() as u64;
         let lags: Vec<_> = second
             .iter()
@@ -648,6 +740,23 @@ mod tests {
         );
         assert_eq!(pred[10], Some(10_000_000));
         assert_eq!(pred[11], Some(20_000_000), "{pred:?}");
+    }
+
+    #[test]
+    fn a_bubble_that_is_sometimes_shorter_is_never_outlasted() {
+        let mut p = Pattern::new();
+        let it = [recv(0), ar()];
+        let mut t = 0;
+        let mut last = None;
+        for k in 0..7 {
+            let ids = feed(&mut p, &mut t, k, &it, |_, _| None);
+            last = p.predict(ids[0], 0);
+            // Every third one is half as long.
+            p.record(ids[0], 0, if k % 3 == 2 { 5_000_000 } else { 10_000_000 });
+        }
+        let pr = last.unwrap();
+        assert_eq!(pr.expected_ns, 10_000_000);
+        assert_eq!(pr.shortest_ns, 5_000_000);
     }
 
     #[test]

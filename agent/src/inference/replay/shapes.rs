@@ -454,8 +454,8 @@ fn a_changed_micro_batch_count() {
     check("changed_micro_batches");
 }
 
-/// Prints the comm ops of one process of a shape with the lag to the predecessor the pattern
-/// finds for each.
+/// Prints the comm ops of one process of a shape (`FR_GPU`: of one of its GPUs) with the lag to
+/// the predecessor the pattern finds for each.
 #[test]
 #[ignore = "debugging aid"]
 fn shape_alignment() {
@@ -463,8 +463,12 @@ fn shape_alignment() {
     let pid: u32 = std::env::var("FR_PID").map_or(101, |v| v.parse().unwrap());
     let s = shape(&name);
     let r = run(&s.procs, &s.model);
+    let gpu: Option<u32> = std::env::var("FR_GPU").ok().map(|g| g.parse().unwrap());
     let mut p = crate::inference::Pattern::new();
     for x in &r.pushed[&pid] {
+        if gpu.is_some_and(|g| x.gpu != GpuId(g)) {
+            continue;
+        }
         if let crate::inference::Obs::CommIssue { t, sig, .. } = x.obs {
             let i = p.on_issue(sig, t);
             println!(
