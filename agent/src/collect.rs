@@ -5,13 +5,14 @@
 //! is drained and then closed. A ring that cannot be opened (not yet initialized, another layout
 //! version, not ours) is retried at the next scan and reported once. A staging ring (see
 //! [`session`]) whose process is gone is removed.
+use crate::inference::obs::{CommKind, GpuId, SyncOn};
 use crate::inference::{CommSig, Ns, Obs};
 use crate::memview::MemView;
 use freeride_abi::event::{Decoded, Event, Kind};
 use freeride_abi::reader::{OpenError, RingReader};
 use freeride_abi::ring::GateStatus;
 use freeride_abi::{session, Api, Role};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// How often the session directory is listed for new rings.
@@ -30,7 +31,8 @@ const MAX_PER_POLL: usize = 4096;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TrainerObs {
     pub pid: u32,
-    pub device: i32,
+    /// The GPU the record names (today: the context's device ordinal), if known.
+    pub gpu: Option<GpuId>,
     pub obs: Obs,
 }
 
@@ -101,8 +103,10 @@ pub struct ClosedRing {
 struct Proc {
     reader: RingReader,
     view: ProcessView,
-    /// Signatures of the NCCL groups being built, by group id.
-    groups: HashMap<u32, CommSig>,
+    /// The NCCL groups being built, by group id: per stream used, the signature of its ops.
+    groups: HashMap<u32, Vec<(u64, CommSig)>>,
+    /// The streams of groups issued lately (their begin/end records name the group and the stream).
+    group_streams: BTreeMap<u32, Vec<u64>>,
     /// What its memory records say it holds.
     mem: MemView,
     /// When the writer's process was last found alive (see [`LIVENESS_CHECK_NS`]).
@@ -186,6 +190,15 @@ impl Collector {
                 translate(p, d, now, out);
             }
             let info = p.reader.info();
+            if info.dropped > p.view.dropped && p.view.role == Some(Role::Trainer) {
+                // The writer is dropping records (its ring is full): what its GPU does is unknown
+                // until records come again.
+                out.push(TrainerObs {
+                    pid: p.view.pid,
+                    gpu: GpuId::from_record(p.view.device),
+                    obs: Obs::Lost { t: now },
+                });
+            }
             p.view.dropped = info.dropped;
             if info.device >= 0 {
                 p.view.device = info.device;
@@ -270,6 +283,7 @@ impl Collector {
                             reader,
                             view,
                             groups: HashMap::new(),
+                            group_streams: BTreeMap::new(),
                             mem: MemView::default(),
                             alive_at_ns: 0,
                         },
@@ -343,23 +357,65 @@ impl Collector {
     }
 }
 
-/// The key of a comm op or of a group's work, as comm begin/end records name it.
-fn op_key(op: u32, group: u32) -> u64 {
-    (group as u64) << 32 | op as u64
+/// The key of a comm op outside a group, as its comm begin/end records name it.
+fn op_key(op: u32) -> u64 {
+    op as u64
 }
 
-fn sig_of(api: Api, peer: i32, bytes: u64) -> CommSig {
-    let collective = matches!(
-        api,
-        Api::NcclAllReduce | Api::NcclReduceScatter | Api::NcclAllGather | Api::NcclBroadcast
-    );
+/// The key of a group's work on the `k`-th stream it used (a group is timed per stream).
+fn group_key(group: u32, k: usize) -> u64 {
+    (group as u64) << 32 | 0x8000_0000 | (k as u64 & 0x7fff_ffff)
+}
+
+/// Groups whose streams are remembered for their begin/end records (the newest ones).
+const MAX_TRACKED_GROUPS: usize = 1024;
+
+fn sig_of(api: Api, peer: i32, bytes: u64, comm: u64) -> CommSig {
+    let kind = match api {
+        Api::NcclSend => CommKind::Send,
+        Api::NcclRecv => CommKind::Recv,
+        Api::NcclAllReduce => CommKind::AllReduce,
+        Api::NcclReduceScatter => CommKind::ReduceScatter,
+        Api::NcclAllGather => CommKind::AllGather,
+        Api::NcclBroadcast => CommKind::Broadcast,
+        _ => CommKind::Grouped,
+    };
     CommSig {
-        has_send: api == Api::NcclSend,
-        has_recv: api == Api::NcclRecv,
-        collective,
-        peer: if collective { -1 } else { peer },
+        comm,
+        kind,
+        peer: if kind.collective() && api != Api::NcclBroadcast {
+            -1
+        } else {
+            peer
+        },
         bytes,
     }
+}
+
+/// What a synchronize call waited for.
+fn sync_on(api: Api, handle: u64) -> Option<SyncOn> {
+    Some(match api {
+        Api::CudaDeviceSynchronize | Api::CuCtxSynchronize => SyncOn::Device,
+        Api::CudaStreamSynchronize
+        | Api::CudaStreamSynchronizePtsz
+        | Api::CuStreamSynchronize
+        | Api::CuStreamSynchronizePtsz => SyncOn::Stream(handle),
+        Api::CudaEventSynchronize | Api::CuEventSynchronize => SyncOn::Event(handle),
+        _ => return None,
+    })
+}
+
+/// The id a comm begin/end record names: its op, or its group's work on its stream.
+fn timed_key(p: &Proc, op: u32, group: u32, stream: u64) -> u64 {
+    if group == 0 {
+        return op_key(op);
+    }
+    let k = p
+        .group_streams
+        .get(&group)
+        .and_then(|s| s.iter().position(|&x| x == stream))
+        .unwrap_or(0);
+    group_key(group, k)
 }
 
 fn translate(p: &mut Proc, d: &Decoded, now: Ns, out: &mut Vec<TrainerObs>) {
@@ -375,67 +431,119 @@ fn translate(p: &mut Proc, d: &Decoded, now: Ns, out: &mut Vec<TrainerObs>) {
     if p.view.role != Some(Role::Trainer) {
         return;
     }
+    let gpu = GpuId::from_record(d.device).or(GpuId::from_record(p.view.device));
+    let mut push = |obs| {
+        out.push(TrainerObs {
+            pid: p.view.pid,
+            gpu,
+            obs,
+        })
+    };
     let obs = match d.event {
-        Event::Launch { in_comm: false, .. } | Event::GraphLaunch { .. } => {
-            Obs::Launch { t: d.t_ns }
-        }
+        Event::Launch { in_comm: false, .. } | Event::GraphLaunch { .. } => Obs::Launch {
+            t: d.t_ns,
+            stream: d.stream,
+        },
         Event::CommOp {
             peer,
             bytes,
+            comm,
             op,
             group,
             ..
         } => {
-            let sig = sig_of(d.api, peer, bytes);
+            let sig = sig_of(d.api, peer, bytes, comm);
             if group != 0 {
-                let g = p.groups.entry(group).or_insert(CommSig {
-                    has_send: false,
-                    has_recv: false,
-                    collective: false,
-                    peer,
-                    bytes: 0,
-                });
-                g.has_send |= sig.has_send;
-                g.has_recv |= sig.has_recv;
-                g.collective |= sig.collective;
-                g.bytes += bytes;
-                if g.peer != peer {
-                    g.peer = -1;
+                let g = p.groups.entry(group).or_default();
+                match g.iter_mut().find(|(s, _)| *s == d.stream) {
+                    Some((_, s)) => *s = s.join(sig),
+                    None => g.push((d.stream, sig)),
                 }
                 return;
             }
             Obs::CommIssue {
                 t: d.t_ns,
-                id: op_key(op, 0),
+                id: op_key(op),
+                stream: d.stream,
                 sig,
             }
         }
         Event::CommGroup { depth: 0, group } if d.api == Api::NcclGroupEnd => {
-            let Some(sig) = p.groups.remove(&group) else {
+            let Some(parts) = p.groups.remove(&group) else {
                 return;
             };
-            Obs::CommIssue {
-                t: d.t_ns,
-                id: op_key(0, group),
-                sig,
+            for (k, &(stream, sig)) in parts.iter().enumerate() {
+                push(Obs::CommIssue {
+                    t: d.t_ns,
+                    id: group_key(group, k),
+                    stream,
+                    sig,
+                });
             }
+            if p.group_streams.len() >= MAX_TRACKED_GROUPS {
+                p.group_streams.pop_first();
+            }
+            p.group_streams
+                .insert(group, parts.iter().map(|&(s, _)| s).collect());
+            return;
         }
         Event::CommBegin { op, group, .. } => Obs::CommBegin {
-            id: op_key(if group != 0 { 0 } else { op }, group),
+            id: timed_key(p, op, group, d.stream),
             t: d.t_ns,
             seen: now,
         },
         Event::CommEnd { op, group, .. } => Obs::CommEnd {
-            id: op_key(if group != 0 { 0 } else { op }, group),
+            id: timed_key(p, op, group, d.stream),
             t: d.t_ns,
             seen: now,
         },
+        Event::Sync { end_ns, result: 0 } => match sync_on(d.api, d.stream) {
+            Some(on) => Obs::Sync {
+                t0: d.t_ns,
+                t1: end_ns.max(d.t_ns),
+                on,
+            },
+            None => return,
+        },
+        Event::Dropped { count } if count > 0 => Obs::Lost { t: d.t_ns },
         Event::ProcessExit { .. } => Obs::Exit { t: d.t_ns },
         _ => return,
     };
-    out.push(TrainerObs {
-        pid: p.view.pid,
-        device: p.view.device,
-        obs,
-    });
+    push(obs);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_is_one_op_per_stream_it_used() {
+        let mut groups: HashMap<u32, Vec<(u64, CommSig)>> = HashMap::new();
+        let send = sig_of(Api::NcclSend, 1, 10, 5);
+        let recv = sig_of(Api::NcclRecv, 1, 20, 5);
+        let g = groups.entry(3).or_default();
+        g.push((9, send));
+        g[0].1 = g[0].1.join(recv);
+        assert_eq!(g[0].1.kind, CommKind::SendRecv);
+        assert_eq!(g[0].1.bytes, 30);
+        assert_eq!(g[0].1.peer, 1);
+        assert_ne!(group_key(3, 0), group_key(3, 1));
+        assert_ne!(group_key(3, 0), op_key(3));
+    }
+
+    #[test]
+    fn collectives_have_no_peer_but_a_broadcast_has_its_root() {
+        assert_eq!(sig_of(Api::NcclAllReduce, 4, 8, 1).peer, -1);
+        assert_eq!(sig_of(Api::NcclBroadcast, 4, 8, 1).peer, 4);
+        assert_eq!(
+            sig_of(Api::NcclReduceScatter, -1, 8, 1).kind,
+            CommKind::ReduceScatter
+        );
+        assert_eq!(sync_on(Api::CuCtxSynchronize, 0), Some(SyncOn::Device));
+        assert_eq!(
+            sync_on(Api::CudaEventSynchronize, 7),
+            Some(SyncOn::Event(7))
+        );
+        assert_eq!(sync_on(Api::NcclSend, 7), None);
+    }
 }

@@ -1,8 +1,13 @@
-//! The scheduler's grants: when a GPU's trainer is in a bubble whose end the agent can predict, side
-//! tasks on that GPU get a grant that closes a guard interval before the predicted end; the grant
-//! closes at once when the bubble closes (its communication ended, or the trainer queued compute).
-use crate::inference::detector::OpenBubble;
-use crate::inference::Ns;
+//! The scheduler's grants, per physical GPU: when every trainer on a GPU is in a bubble whose end the
+//! agent can predict, side tasks on that GPU get a grant that closes a guard interval before the
+//! earliest predicted end; it closes at once when a trainer's bubble closes (compute that can run
+//! was queued, or the communication its compute waits for ended). A launch queued behind a wait does
+//! not close it: the bubble goes on until the prediction. In a long pause (a trainer idle well past
+//! anything predicted: evaluation, checkpointing, a data-loader stall), short renewable grants,
+//! closed by the trainer's next launch.
+use crate::grant_log::GrantLog;
+use crate::inference::gpus::Gpus;
+use crate::inference::{GpuId, Ns, OpenBubble};
 use crate::sidetasks::{self, SideTaskInfo};
 use freeride_abi::grant_shm::{GrantFields, GrantWriter};
 use std::collections::BTreeMap;
@@ -29,6 +34,13 @@ pub struct GrantPolicy {
     /// `mem_reserve_bytes`, as the grant's memory budget. `None`: no budget in the grant.
     pub gpu_mem_bytes: Option<u64>,
     pub mem_reserve_bytes: u64,
+    /// A trainer idle this long past its bubble's start or predicted end is in a pause...
+    pub pause_after_ns: Ns,
+    /// ...or this long, when its compute is queued behind a wait (the bubble then ends on the GPU,
+    /// seen only with the poller's delay).
+    pub pause_after_blocked_ns: Ns,
+    /// Grants in a pause last this long, renewed while it goes on.
+    pub pause_slice_ns: Ns,
 }
 
 impl Default for GrantPolicy {
@@ -42,6 +54,9 @@ impl Default for GrantPolicy {
             open_ended: false,
             gpu_mem_bytes: None,
             mem_reserve_bytes: 1 << 30,
+            pause_after_ns: 20_000_000,
+            pause_after_blocked_ns: 100_000_000,
+            pause_slice_ns: 2_000_000,
         }
     }
 }
@@ -59,7 +74,41 @@ impl GrantPolicy {
         }
     }
 
-    /// The grant for a GPU at `now`: `Some(until_ns)` to open it until then, `None` for closed.
+    /// Whether the trainer in bubble `b` is in a long pause at `now`.
+    pub fn paused(&self, now: Ns, b: &OpenBubble) -> bool {
+        let after = if b.blocked {
+            self.pause_after_blocked_ns
+        } else {
+            self.pause_after_ns
+        };
+        let since = b.start.max(b.predicted_end.unwrap_or(0));
+        now >= since.saturating_add(after)
+    }
+
+    /// The grant of a GPU whose trainers are in `bubbles` now (`None`: a trainer is busy):
+    /// `Some(until_ns)` to open it until then, `None` for closed.
+    pub fn decide_gpu(&self, now: Ns, bubbles: &[Option<OpenBubble>]) -> Option<Ns> {
+        if bubbles.is_empty() {
+            return None;
+        }
+        let mut until: Option<Ns> = None;
+        for b in bubbles {
+            let b = (*b)?;
+            // A bubble that begins once a transfer is over: not yet.
+            if b.start > now {
+                return None;
+            }
+            match self.decide(now, Some(b)) {
+                Some(u) => until = Some(until.map_or(u, |x| x.min(u))),
+                None if self.paused(now, &b) => {}
+                None => return None,
+            }
+        }
+        let until = until.unwrap_or(now + self.pause_slice_ns);
+        (until >= now + self.min_grant_ns).then_some(until)
+    }
+
+    /// The grant of one trainer's bubble from its prediction: `Some(until_ns)`, or `None`.
     pub fn decide(&self, now: Ns, open: Option<OpenBubble>) -> Option<Ns> {
         let b = open?;
         let predicted = b.predicted_end?;
@@ -68,10 +117,12 @@ impl GrantPolicy {
         }
         // Never past the earliest end seen lately at this position (the trainer may be back that
         // soon): that bound already holds the recent spread; without it, keep spreads in hand.
+        // Nor past the earliest start of a transfer of an op in flight.
         let (end, spreads) = match b.shortest_end {
             Some(s) => (predicted.min(s), 0.0),
             None => (predicted, b.spread_ns as f64 * self.guard_spreads),
         };
+        let end = end.min(b.busy_from.unwrap_or(Ns::MAX));
         if end <= b.start {
             return None;
         }
@@ -96,19 +147,30 @@ struct Published {
     side_mem: u64,
 }
 
-/// One grant block per GPU with a trainer, in the session directory.
+/// Every GPU's grant now, as `policy` decides it from its trainers' bubbles.
+pub fn decide_all(policy: &GrantPolicy, gpus: &Gpus, now: Ns) -> Vec<(GpuId, Option<Ns>)> {
+    gpus.gpus()
+        .into_iter()
+        .map(|g| (g, policy.decide_gpu(now, &gpus.open_on(g))))
+        .collect()
+}
+
+/// One grant block per GPU with a trainer, in the session directory (named by [`GpuId::index`]).
 pub struct Grants {
     dir: PathBuf,
     policy: GrantPolicy,
-    writers: BTreeMap<i32, (GrantWriter, Published)>,
-    /// The side tasks per GPU, re-read every [`SIDETASKS_RESCAN_NS`].
+    writers: BTreeMap<GpuId, (GrantWriter, Published)>,
+    /// The side tasks per GPU (by the device number their rings name), re-read every
+    /// [`SIDETASKS_RESCAN_NS`].
     tasks: BTreeMap<i32, Vec<SideTaskInfo>>,
     tasks_read_ns: Ns,
     /// Grants opened so far, per GPU.
-    pub opened: BTreeMap<i32, u64>,
+    pub opened: BTreeMap<GpuId, u64>,
     pub warnings: Vec<String>,
-    /// Device memory the trainer of each GPU held at the last update.
-    trainer_mem: BTreeMap<i32, u64>,
+    /// Device memory the trainers of each GPU held at the last update (summed).
+    trainer_mem: BTreeMap<GpuId, u64>,
+    /// Every grant published, when asked for ([`Grants::with_log`]).
+    log: Option<GrantLog>,
 }
 
 impl Grants {
@@ -122,13 +184,29 @@ impl Grants {
             opened: BTreeMap::new(),
             warnings: vec![],
             trainer_mem: BTreeMap::new(),
+            log: None,
         }
+    }
+
+    /// Also logs every grant (GPU, open, close), for scoring.
+    pub fn with_log(mut self) -> Grants {
+        self.log = Some(GrantLog::default());
+        self
+    }
+
+    pub fn policy(&self) -> &GrantPolicy {
+        &self.policy
+    }
+
+    /// The grants published so far, when logged.
+    pub fn log(&self) -> Option<&GrantLog> {
+        self.log.as_ref()
     }
 
     /// The side tasks' memory budget on GPU `device` now (`None`: no budget, or no trainer seen).
     pub fn mem_budget_of(&self, device: i32) -> Option<u64> {
         self.policy.gpu_mem_bytes?;
-        let mem = self.trainer_mem.get(&device)?;
+        let mem = self.trainer_mem.get(&GpuId::from_record(device)?)?;
         Some(self.policy.mem_budget(*mem))
     }
 
@@ -140,29 +218,26 @@ impl Grants {
         }
     }
 
-    /// Publishes GPU `device`'s grant for its bubble state now.
-    /// `trainer_mem`: device memory the GPU's trainer holds; `side_ring_mem`: (pid, bytes) of the
-    /// side-task processes on it that run under the interposer.
+    /// Publishes GPU `gpu`'s grant: `grant` is what the policy decided (`Some(until)`: open).
+    /// `trainer_mem`: device memory its trainers hold (summed); `side_ring_mem`: (pid, bytes) of
+    /// the side-task processes on it that run under the interposer.
     pub fn update(
         &mut self,
         now: Ns,
-        device: i32,
-        open: Option<OpenBubble>,
+        gpu: GpuId,
+        grant: Option<Ns>,
         trainer_mem: u64,
         side_ring_mem: &[(u32, u64)],
     ) {
-        if device < 0 {
-            return;
-        }
-        self.trainer_mem.insert(device, trainer_mem);
-        if !self.writers.contains_key(&device) {
-            match GrantWriter::create(&self.dir, device as u32) {
+        self.trainer_mem.insert(gpu, trainer_mem);
+        if !self.writers.contains_key(&gpu) {
+            match GrantWriter::create(&self.dir, gpu.index()) {
                 Ok(w) => {
-                    self.writers.insert(device, (w, Published::default()));
+                    self.writers.insert(gpu, (w, Published::default()));
                 }
                 Err(e) => {
                     self.warnings
-                        .push(format!("cannot create the grant of GPU {device}: {e}"));
+                        .push(format!("cannot create the grant of GPU {gpu}: {e}"));
                     return;
                 }
             }
@@ -171,10 +246,22 @@ impl Grants {
             self.tasks = sidetasks::scan(&self.dir);
             self.tasks_read_ns = now;
         }
-        let (w, current) = self.writers.get_mut(&device).expect("inserted above");
-        let tasks = self.tasks.get(&device).map(Vec::as_slice).unwrap_or(&[]);
+        let (w, current) = self.writers.get_mut(&gpu).expect("inserted above");
+        let tasks = self
+            .tasks
+            .get(&(gpu.index() as i32))
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        let until = if self.policy.open_ended {
+            grant.map(|_| now + OPEN_ENDED_NS)
+        } else {
+            grant
+        };
+        if let Some(log) = &mut self.log {
+            log.note(gpu, now, until);
+        }
         let want = Published {
-            grant: self.policy.decide(now, open).map(|until| {
+            grant: grant.map(|until| {
                 (
                     until,
                     sidetasks::priority_floor(tasks, until.saturating_sub(now)),
@@ -190,7 +277,7 @@ impl Grants {
         let fields = match want.grant {
             Some((until, floor)) => {
                 if current.grant.is_none() {
-                    *self.opened.entry(device).or_default() += 1;
+                    *self.opened.entry(gpu).or_default() += 1;
                 }
                 let until = if self.policy.open_ended {
                     now + OPEN_ENDED_NS
@@ -255,7 +342,43 @@ mod tests {
             shortest_end: None,
             spread_ns: 100_000,
             confidence,
+            blocked: false,
+            busy_from: None,
         })
+    }
+
+    #[test]
+    fn a_gpu_is_granted_only_where_all_its_trainers_are_idle() {
+        let p = GrantPolicy::default();
+        let a = bubble(0, Some(20_000_000), 1.0);
+        let b = bubble(1_000_000, Some(10_000_000), 1.0);
+        // The earliest predicted end bounds it.
+        assert_eq!(p.decide_gpu(2_000_000, &[a, b]), p.decide(2_000_000, b));
+        // One trainer busy, or none: no grant.
+        assert_eq!(p.decide_gpu(2_000_000, &[a, None]), None);
+        assert_eq!(p.decide_gpu(2_000_000, &[]), None);
+        // A trainer idle with nothing predicted holds it closed...
+        assert_eq!(p.decide_gpu(2_000_000, &[a, bubble(0, None, 0.0)]), None);
+    }
+
+    #[test]
+    fn a_long_pause_gets_short_renewable_grants() {
+        let p = GrantPolicy::default();
+        let idle = bubble(0, None, 0.0);
+        assert_eq!(p.decide_gpu(10_000_000, &[idle]), None);
+        let now = p.pause_after_ns + 1;
+        assert_eq!(p.decide_gpu(now, &[idle]), Some(now + p.pause_slice_ns));
+        // Past a prediction too, but only once the pause has lasted past it.
+        let late = bubble(0, Some(5_000_000), 1.0);
+        assert_eq!(p.decide_gpu(6_000_000, &[late]), None);
+        let now = 5_000_000 + p.pause_after_ns;
+        assert_eq!(p.decide_gpu(now, &[late]), Some(now + p.pause_slice_ns));
+        // Compute queued behind a wait: a longer pause first (its end is seen late).
+        let mut blocked = idle.unwrap();
+        blocked.blocked = true;
+        assert_eq!(p.decide_gpu(p.pause_after_ns + 1, &[Some(blocked)]), None);
+        let now = p.pause_after_blocked_ns;
+        assert!(p.decide_gpu(now, &[Some(blocked)]).is_some());
     }
 
     #[test]

@@ -5,6 +5,7 @@ pub mod claim;
 pub mod collect;
 pub mod doctor;
 pub mod evict;
+pub mod grant_log;
 pub mod grants;
 pub mod inference;
 pub mod layout;

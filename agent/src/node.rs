@@ -1,42 +1,40 @@
-//! The agent of one node: reads the rings, keeps one bubble detector per trainer, and knows each
-//! GPU's state now.
+//! The agent of one node: reads the rings, keeps one bubble timeline per trainer process and GPU,
+//! and knows each physical GPU's state now.
 use crate::bell::{pause_for, Bell};
 use crate::collect::{Collector, ProcessView, TrainerObs};
-use crate::grants::{GrantPolicy, Grants};
-use crate::inference::detector::OpenBubble;
-use crate::inference::{Bubble, Detector, Ns};
+use crate::grant_log::GrantLog;
+use crate::grants::{decide_all, GrantPolicy, Grants};
+use crate::inference::gpus::Gpus;
+use crate::inference::{Bubble, GpuId, Ns, OpenBubble};
 use crate::watchdog::{Watchdog, WatchdogPolicy};
 use freeride_abi::Role;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// A closed bubble of a trainer.
+/// A closed bubble of a trainer on a GPU.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BubbleRecord {
     pub pid: u32,
-    pub device: i32,
+    pub gpu: GpuId,
     pub bubble: Bubble,
 }
 
 /// What the agent knows of one GPU now.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GpuState {
-    pub device: i32,
+    pub gpu: GpuId,
     pub trainers: Vec<u32>,
+    /// The GPU's bubble: all its trainers idle.
     pub open: Option<OpenBubble>,
-    /// Iteration period of its trainer, once learnt.
+    /// Iteration period of its (first) trainer, once learnt.
     pub period_ns: Option<Ns>,
     pub ops_per_iteration: usize,
+    /// Bubble time and bubbles found (with several trainers, those of the one with the least: the
+    /// GPU is idle only when all are).
     pub bubble_ns_total: u64,
     pub bubbles: u64,
     /// When the agent first saw a trainer on this GPU.
     pub since_ns: Ns,
-}
-
-struct Trainer {
-    device: i32,
-    detector: Detector,
-    since_ns: Ns,
 }
 
 /// The agent's pause between steps while no process is watched (an idle node): a few wake-ups per
@@ -46,11 +44,12 @@ pub const IDLE_POLL_NS: Ns = 5_000_000;
 /// The node's agent state; [`Node::step`] advances it.
 pub struct Node {
     collector: Collector,
-    trainers: BTreeMap<u32, Trainer>,
+    gpus: Gpus,
     obs: Vec<TrainerObs>,
     /// Closed bubbles since the last [`Node::take_closed`].
     closed: Vec<BubbleRecord>,
-    totals: BTreeMap<i32, (u64, u64)>,
+    /// Bubble time and count per (process, GPU) timeline, for the GPU totals.
+    totals: BTreeMap<(u32, GpuId), (u64, u64)>,
     /// The side tasks' grants, when this node schedules them.
     grants: Option<Grants>,
     /// Evicts side tasks that crash, hang or hold too much memory (with grants).
@@ -63,7 +62,7 @@ impl Node {
     pub fn new(dir: &Path) -> Node {
         Node {
             collector: Collector::new(dir),
-            trainers: BTreeMap::new(),
+            gpus: Gpus::new(),
             obs: Vec::new(),
             closed: Vec::new(),
             totals: BTreeMap::new(),
@@ -92,13 +91,24 @@ impl Node {
         }
     }
 
+    /// Also logs every grant it publishes (see [`Node::grant_log`]).
+    pub fn logging_grants(mut self) -> Node {
+        self.grants = self.grants.map(Grants::with_log);
+        self
+    }
+
+    /// Every grant published so far, when logged.
+    pub fn grant_log(&self) -> Option<&GrantLog> {
+        self.grants.as_ref().and_then(Grants::log)
+    }
+
     /// The watchdog (evictions and lost side tasks so far), when this node schedules side tasks.
     pub fn watchdog(&self) -> Option<&Watchdog> {
         self.watchdog.as_ref()
     }
 
     /// Grants opened so far, per GPU.
-    pub fn grants_opened(&self) -> BTreeMap<i32, u64> {
+    pub fn grants_opened(&self) -> BTreeMap<GpuId, u64> {
         self.grants
             .as_ref()
             .map(|g| g.opened.clone())
@@ -112,45 +122,37 @@ impl Node {
         self.obs.clear();
         self.collector.poll(now, &mut self.obs);
         for o in &self.obs {
-            let t = self.trainers.entry(o.pid).or_insert_with(|| Trainer {
-                device: o.device,
-                detector: Detector::new(),
-                since_ns: now,
-            });
-            if o.device >= 0 {
-                t.device = o.device;
-            }
-            t.detector.observe(o.obs);
-            for b in t.detector.take_closed() {
-                let tot = self.totals.entry(t.device).or_default();
-                tot.0 += b.end - b.start;
-                tot.1 += 1;
-                self.closed.push(BubbleRecord {
-                    pid: o.pid,
-                    device: t.device,
-                    bubble: b,
-                });
-            }
+            self.gpus.observe(o.pid, o.gpu, o.obs, now);
+        }
+        for (pid, gpu, bubble) in self.gpus.take_closed() {
+            let tot = self.totals.entry((pid, gpu)).or_default();
+            tot.0 += bubble.end - bubble.start;
+            tot.1 += 1;
+            self.closed.push(BubbleRecord { pid, gpu, bubble });
         }
         let procs = self.collector.processes();
         // Every close goes to the watchdog (a ring is closed once); without one they are dropped.
         let closed = self.collector.take_closed_sidetasks();
-        self.trainers
-            .retain(|pid, _| procs.iter().any(|p| p.pid == *pid));
+        let live = |pid: u32| procs.iter().any(|p| p.pid == pid);
+        self.gpus.retain(live);
+        self.totals.retain(|k, _| live(k.0));
         if let Some(grants) = &mut self.grants {
-            for (pid, t) in &self.trainers {
-                // Memory on this trainer's GPU, whatever GPU each process mostly uses.
+            for (gpu, grant) in decide_all(grants.policy(), &self.gpus, now) {
+                let trainers: Vec<u32> = self.gpus.on(gpu).map(|(p, _, _)| p).collect();
+                // Memory on this GPU, whatever GPU each process mostly uses.
+                let ordinal = gpu.index() as i32;
                 let mem = procs
                     .iter()
-                    .find(|p| p.pid == *pid)
-                    .map_or(0, |p| p.mem_on(t.device));
+                    .filter(|p| trainers.contains(&p.pid))
+                    .map(|p| p.mem_on(ordinal))
+                    .sum();
                 let side: Vec<(u32, u64)> = procs
                     .iter()
                     .filter(|p| p.role == Some(Role::Sidetask) && !p.gone)
-                    .filter(|p| p.device == t.device || p.mem_on(t.device) > 0)
-                    .map(|p| (p.pid, p.mem_on(t.device)))
+                    .filter(|p| p.device == ordinal || p.mem_on(ordinal) > 0)
+                    .map(|p| (p.pid, p.mem_on(ordinal)))
                     .collect();
-                grants.update(now, t.device, t.detector.open_now(), mem, &side);
+                grants.update(now, gpu, grant, mem, &side);
             }
             if let Some(wd) = &mut self.watchdog {
                 wd.check(now, &self.collector, &closed, |d| grants.mem_budget_of(d));
@@ -199,41 +201,45 @@ impl Node {
     /// [`crate::bell::QUIET_WAIT_NS`]; with no ring open, [`IDLE_POLL_NS`] (nothing can happen
     /// before the next directory scan finds a ring, every [`crate::collect::RESCAN_NS`]).
     pub fn wait(&self, poll_ns: Ns) {
-        let bubble_open = self
-            .trainers
-            .values()
-            .any(|t| t.detector.open_now().is_some());
         self.bell.pause(pause_for(
             self.collector.watching_any(),
-            bubble_open,
+            self.gpus.any_open(),
             self.collector.trainers_ring_doorbell(),
             self.bell.ready(),
             poll_ns,
         ));
     }
 
-    /// Every GPU with a trainer, in device order.
+    /// Every GPU with a trainer, in order.
     pub fn gpus(&self) -> Vec<GpuState> {
-        let mut by_dev: BTreeMap<i32, GpuState> = BTreeMap::new();
-        for (pid, t) in &self.trainers {
-            let (total, n) = self.totals.get(&t.device).copied().unwrap_or_default();
-            let g = by_dev.entry(t.device).or_insert_with(|| GpuState {
-                device: t.device,
-                trainers: vec![],
-                open: None,
-                period_ns: None,
-                ops_per_iteration: 0,
-                bubble_ns_total: total,
-                bubbles: n,
-                since_ns: t.since_ns,
-            });
-            g.since_ns = g.since_ns.min(t.since_ns);
-            g.trainers.push(*pid);
-            g.open = g.open.or(t.detector.open_now());
-            let p = t.detector.pattern();
-            g.period_ns = g.period_ns.or(p.period_ns());
-            g.ops_per_iteration = g.ops_per_iteration.max(p.ops_per_iteration());
-        }
-        by_dev.into_values().collect()
+        self.gpus
+            .gpus()
+            .into_iter()
+            .map(|gpu| {
+                let mut g = GpuState {
+                    gpu,
+                    trainers: vec![],
+                    open: self.gpus.open_of(gpu),
+                    period_ns: None,
+                    ops_per_iteration: 0,
+                    bubble_ns_total: 0,
+                    bubbles: 0,
+                    since_ns: Ns::MAX,
+                };
+                for (pid, t, since) in self.gpus.on(gpu) {
+                    g.trainers.push(pid);
+                    g.since_ns = g.since_ns.min(since);
+                    let p = t.pattern();
+                    g.period_ns = g.period_ns.or(p.period_ns());
+                    g.ops_per_iteration =
+                        g.ops_per_iteration.max(p.ops_per_iteration().unwrap_or(0));
+                    let (total, n) = self.totals.get(&(pid, gpu)).copied().unwrap_or_default();
+                    if g.trainers.len() == 1 || total < g.bubble_ns_total {
+                        (g.bubble_ns_total, g.bubbles) = (total, n);
+                    }
+                }
+                g
+            })
+            .collect()
     }
 }

@@ -1,6 +1,6 @@
 //! The agent's bubble log (JSON lines, written by `freeride agent --bubble-log`) and its reading
 //! back for `freeride report`.
-use crate::inference::Bubble;
+use crate::inference::{Bubble, GpuId};
 use crate::node::BubbleRecord;
 use serde_json::{json, Value};
 
@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 pub fn bubble_line(b: &BubbleRecord) -> String {
     let x = &b.bubble;
     json!({
-        "pid": b.pid, "device": b.device, "start_ns": x.start, "end_ns": x.end,
+        "pid": b.pid, "device": b.gpu.index(), "start_ns": x.start, "end_ns": x.end,
         "opened_seen_ns": x.opened_seen, "closed_seen_ns": x.closed_seen,
         "predicted_end_ns": x.predicted_end, "confidence": x.confidence,
         "cut_by_exit": x.cut_by_exit,
@@ -29,11 +29,11 @@ pub fn parse_bubble_log(text: &str) -> (Vec<BubbleRecord>, usize) {
             }
         };
         let u = |k: &str| v[k].as_u64();
-        match (u("pid"), v["device"].as_i64(), u("start_ns"), u("end_ns")) {
+        match (u("pid"), u("device"), u("start_ns"), u("end_ns")) {
             (Some(pid), Some(device), Some(start), Some(end)) if end >= start => {
                 out.push(BubbleRecord {
                     pid: pid as u32,
-                    device: device as i32,
+                    gpu: GpuId(device as u32),
                     bubble: Bubble {
                         start,
                         end,
@@ -59,7 +59,7 @@ mod tests {
     fn log_lines_round_trip_and_garbage_is_counted() {
         let b = BubbleRecord {
             pid: 7,
-            device: 1,
+            gpu: GpuId(1),
             bubble: Bubble {
                 start: 10,
                 end: 30,

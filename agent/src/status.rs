@@ -17,7 +17,7 @@ pub fn to_json(now_ns: u64, agent_pid: u32, gpus: &[GpuState], procs: &[ProcessV
         "t_ns": now_ns,
         "agent_pid": agent_pid,
         "gpus": gpus.iter().map(|g| json!({
-            "device": g.device,
+            "device": g.gpu.index(),
             "trainers": g.trainers,
             "bubble_open": g.open.is_some(),
             "bubble_started_ns": g.open.map(|o| o.start),
@@ -156,7 +156,7 @@ pub fn prometheus(gpus: &[GpuState], procs: &[ProcessView]) -> String {
         let _ = writeln!(
             s,
             "freeride_bubble_seconds_total{{gpu=\"{}\"}} {:.6}",
-            g.device,
+            g.gpu,
             g.bubble_ns_total as f64 / 1e9
         );
     }
@@ -169,7 +169,7 @@ pub fn prometheus(gpus: &[GpuState], procs: &[ProcessView]) -> String {
         let _ = writeln!(
             s,
             "freeride_bubbles_total{{gpu=\"{}\"}} {}",
-            g.device, g.bubbles
+            g.gpu, g.bubbles
         );
     }
     let _ = writeln!(
@@ -181,7 +181,7 @@ pub fn prometheus(gpus: &[GpuState], procs: &[ProcessView]) -> String {
         let _ = writeln!(
             s,
             "freeride_bubble_open{{gpu=\"{}\"}} {}",
-            g.device,
+            g.gpu,
             u8::from(g.open.is_some())
         );
     }

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 /// Metric name -> its label names, from the agent's own exposition text.
 fn exported() -> BTreeMap<String, BTreeSet<String>> {
     let gpu = GpuState {
-        device: 0,
+        gpu: freeride_agent::inference::obs::GpuId(0),
         trainers: vec![1],
         open: None,
         period_ns: None,

@@ -1,19 +1,30 @@
-//! Online bubble inference for one GPU's trainer, from what the interposer streams out.
+//! Online bubble inference for the node's trainers, from what the interposer streams out.
 //!
-//! The inputs are [`Obs`]ervations in the host clock (CLOCK_MONOTONIC ns): compute launches issued by the
-//! host, communication ops issued by the host, and the GPU-side begin/end of those ops (driver events
-//! recorded around each op on its stream, polled by the interposer). No schedule is assumed:
-//! * [`detector`] turns them into live bubbles: a bubble opens when a communication op that the compute
-//!   stream has to wait for begins on the GPU (the compute queued before it has drained) and closes
-//!   when it ends, or when the host queues compute that does not wait for it.
-//! * [`pattern`] learns the iteration's repeating sequence of communication ops and, for each position
-//!   in it, how long the bubble that opens there lasts: the prediction handed out when a bubble opens.
-//! * [`score`] measures predicted bubbles against ground truth (precision, recall).
-pub mod detector;
+//! The inputs are [`Obs`]ervations (the contract in [`obs`]) of each trainer process on each
+//! physical GPU: compute launches and communication ops as the host queued them, on which streams,
+//! the events recorded and the stream waits on them, the GPU-side begin and end of each op and of
+//! each timed wait, and the host's synchronizes. No schedule and no marker are assumed:
+//! * [`timeline`] follows one (process, GPU): which stream waits for what, how far the GPU got, and
+//!   so its bubbles, time in which nothing of the trainer can run and nothing transfers
+//!   ([`streams`], [`transfer`]);
+//! * [`pattern`] learns the recurring sequence of communication ops by aligning it with itself and,
+//!   for each position, how long the bubble that opens there lasts: the prediction a grant is sized by;
+//! * [`gpus`] keeps the node's timelines and each GPU's state (several trainers on one GPU are idle
+//!   only when all are; [`peers`] bounds transfer times with the other processes' ops);
+//! * [`score`] measures bubbles and grants against ground truth.
+pub mod bubble;
+pub mod gpus;
 pub mod obs;
 pub mod pattern;
+pub mod peers;
+#[cfg(test)]
+pub mod replay;
 pub mod score;
+pub mod streams;
+pub mod timeline;
+pub mod transfer;
 
-pub use detector::{Bubble, Detector};
-pub use obs::{CommSig, Ns, Obs};
+pub use bubble::{Bubble, OpenBubble};
+pub use obs::{CommSig, GpuId, Ns, Obs};
 pub use pattern::{Pattern, Prediction};
+pub use timeline::Timeline;

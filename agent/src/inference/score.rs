@@ -86,9 +86,57 @@ impl Tally {
     }
 }
 
+/// Granted time against the truth's busy time of a GPU; add several GPUs' together before dividing.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GrantTally {
+    pub granted_ns: Ns,
+    /// Granted time during which the GPU was busy (a trainer's compute, or a transfer).
+    pub over_busy_ns: Ns,
+}
+
+impl GrantTally {
+    /// `granted` and `busy` need not be merged.
+    pub fn of(granted: &[(Ns, Ns)], busy: &[(Ns, Ns)]) -> GrantTally {
+        let (g, b) = (merge(granted.to_vec()), merge(busy.to_vec()));
+        GrantTally {
+            granted_ns: total(&g),
+            over_busy_ns: overlap(&g, &b),
+        }
+    }
+    pub fn add(&mut self, o: GrantTally) {
+        self.granted_ns += o.granted_ns;
+        self.over_busy_ns += o.over_busy_ns;
+    }
+    /// Share of granted time during which the GPU was busy (0 when nothing was granted).
+    pub fn over_busy_share(&self) -> f64 {
+        if self.granted_ns == 0 {
+            0.0
+        } else {
+            self.over_busy_ns as f64 / self.granted_ns as f64
+        }
+    }
+    pub fn granted_ms(&self) -> f64 {
+        self.granted_ns as f64 / 1e6
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn granted_time_on_busy_time_is_over_busy() {
+        let g = GrantTally::of(&[(0, 100), (50, 200), (300, 400)], &[(150, 350)]);
+        assert_eq!(
+            g,
+            GrantTally {
+                granted_ns: 300,
+                over_busy_ns: 100
+            }
+        );
+        assert!((g.over_busy_share() - 1.0 / 3.0).abs() < 1e-9);
+        assert_eq!(GrantTally::default().over_busy_share(), 0.0);
+    }
 
     #[test]
     fn merge_joins_and_drops_empties() {

@@ -1,0 +1,247 @@
+//! The node's trainers: one [`Timeline`] per (process, GPU), and each GPU's state, where several
+//! trainer processes on one GPU are idle only when all of them are.
+use super::bubble::{Bubble, OpenBubble};
+use super::obs::{GpuId, Ns, Obs};
+use super::peers::Matcher;
+use super::timeline::Timeline;
+use std::collections::{BTreeMap, HashMap};
+
+struct Tl {
+    timeline: Timeline,
+    /// When the agent first saw it.
+    since: Ns,
+}
+
+#[derive(Default)]
+pub struct Gpus {
+    timelines: BTreeMap<(u32, GpuId), Tl>,
+    /// The GPU each process's records named last (for records that name none).
+    last_gpu: HashMap<u32, GpuId>,
+    closed: Vec<(u32, GpuId, Bubble)>,
+    matcher: Matcher,
+}
+
+impl Gpus {
+    pub fn new() -> Gpus {
+        Gpus::default()
+    }
+
+    /// Routes one observation of process `pid` (on `gpu`, when its record names one).
+    pub fn observe(&mut self, pid: u32, gpu: Option<GpuId>, obs: Obs, now: Ns) {
+        let owner = |f: &dyn Fn(&Timeline) -> bool, tl: &BTreeMap<(u32, GpuId), Tl>| {
+            tl.range((pid, GpuId(0))..=(pid, GpuId(u32::MAX)))
+                .find(|(_, t)| f(&t.timeline))
+                .map(|(k, _)| *k)
+        };
+        let key = match obs {
+            Obs::CommBegin { id, .. } | Obs::CommEnd { id, .. } | Obs::CommUntimed { id } => {
+                owner(&|t| t.has_op(id), &self.timelines)
+            }
+            Obs::WaitReached { wait, .. } | Obs::WaitReleased { wait, .. } => {
+                owner(&|t| t.has_wait(wait), &self.timelines)
+            }
+            Obs::Exit { .. } | Obs::Lost { .. } => {
+                let keys: Vec<_> = self
+                    .timelines
+                    .range((pid, GpuId(0))..=(pid, GpuId(u32::MAX)))
+                    .map(|(k, _)| *k)
+                    .collect();
+                for k in keys {
+                    self.observe_on(k, obs, now);
+                }
+                return;
+            }
+            _ => {
+                let g = gpu
+                    .or_else(|| self.last_gpu.get(&pid).copied())
+                    .unwrap_or_default();
+                self.last_gpu.insert(pid, g);
+                Some((pid, g))
+            }
+        };
+        if let Some(k) = key {
+            self.observe_on(k, obs, now);
+        }
+    }
+
+    fn observe_on(&mut self, key: (u32, GpuId), obs: Obs, now: Ns) {
+        let t = self.timelines.entry(key).or_insert_with(|| Tl {
+            timeline: Timeline::labelled(key.0),
+            since: now,
+        });
+        t.timeline.observe(obs, now);
+        for b in t.timeline.take_closed() {
+            self.closed.push((key.0, key.1, b));
+        }
+        let ended = t.timeline.take_ended();
+        if self.timelines.len() < 2 {
+            return;
+        }
+        for (sig, begin, end) in ended {
+            for (who, s, ns) in self.matcher.on_end(key, sig, begin, end) {
+                if let Some(t) = self.timelines.get_mut(&who) {
+                    t.timeline.bound_transfer(&s, ns);
+                }
+            }
+        }
+    }
+
+    /// Bubbles closed since the last call: (process, GPU, bubble).
+    pub fn take_closed(&mut self) -> Vec<(u32, GpuId, Bubble)> {
+        std::mem::take(&mut self.closed)
+    }
+
+    /// Keeps the timelines of the processes `live` says are still there.
+    pub fn retain(&mut self, live: impl Fn(u32) -> bool) {
+        self.timelines.retain(|k, _| live(k.0));
+        self.last_gpu.retain(|p, _| live(*p));
+    }
+
+    /// Every GPU with a trainer timeline, in order.
+    pub fn gpus(&self) -> Vec<GpuId> {
+        let mut v: Vec<GpuId> = self.timelines.keys().map(|k| k.1).collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// The timelines on `gpu`: (process, timeline, first seen).
+    pub fn on(&self, gpu: GpuId) -> impl Iterator<Item = (u32, &Timeline, Ns)> {
+        self.timelines
+            .iter()
+            .filter(move |(k, _)| k.1 == gpu)
+            .map(|(k, t)| (k.0, &t.timeline, t.since))
+    }
+
+    /// Each trainer's open bubble on `gpu` (`None` for a trainer that is busy).
+    pub fn open_on(&self, gpu: GpuId) -> Vec<Option<OpenBubble>> {
+        self.on(gpu).map(|(_, t, _)| t.open_now()).collect()
+    }
+
+    /// The GPU's bubble: the time all its trainers are idle, with the earliest predicted end.
+    pub fn open_of(&self, gpu: GpuId) -> Option<OpenBubble> {
+        intersect(&self.open_on(gpu))
+    }
+
+    /// Comm ops waiting for their GPU times, over all timelines.
+    pub fn pending_ops(&self) -> usize {
+        self.timelines
+            .values()
+            .map(|t| t.timeline.pending_ops())
+            .sum()
+    }
+
+    /// Whether any timeline has a bubble open.
+    pub fn any_open(&self) -> bool {
+        self.timelines
+            .values()
+            .any(|t| t.timeline.open_now().is_some())
+    }
+}
+
+/// The bubble of several trainers sharing a GPU: open while all are, ending at the earliest end.
+pub fn intersect(v: &[Option<OpenBubble>]) -> Option<OpenBubble> {
+    let mut out: Option<OpenBubble> = None;
+    for b in v {
+        let b = (*b)?;
+        out = Some(match out {
+            None => b,
+            Some(o) => {
+                let min = |a: Option<Ns>, b: Option<Ns>| match (a, b) {
+                    (Some(x), Some(y)) => Some(x.min(y)),
+                    (x, y) => x.or(y),
+                };
+                OpenBubble {
+                    start: o.start.max(b.start),
+                    opened_seen: o.opened_seen.max(b.opened_seen),
+                    predicted_end: min(o.predicted_end, b.predicted_end),
+                    shortest_end: min(o.shortest_end, b.shortest_end),
+                    spread_ns: o.spread_ns.max(b.spread_ns),
+                    confidence: o.confidence.min(b.confidence),
+                    blocked: o.blocked || b.blocked,
+                    busy_from: min(o.busy_from, b.busy_from),
+                }
+            }
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inference::obs::{CommKind, CommSig, SyncOn};
+
+    #[test]
+    fn one_process_on_two_gpus_has_a_timeline_per_gpu() {
+        let mut g = Gpus::new();
+        let (a, b) = (GpuId(0x3b00), GpuId(0x5e00));
+        let sig = CommSig {
+            comm: 1,
+            kind: CommKind::Recv,
+            peer: 0,
+            bytes: 4,
+        };
+        g.observe(7, Some(a), Obs::Launch { t: 1, stream: 1 }, 1);
+        g.observe(7, Some(b), Obs::Launch { t: 2, stream: 1 }, 2);
+        g.observe(
+            7,
+            Some(b),
+            Obs::CommIssue {
+                t: 3,
+                id: 9,
+                stream: 2,
+                sig,
+            },
+            3,
+        );
+        // The poller's record names no GPU (or another): routed by the op.
+        g.observe(
+            7,
+            None,
+            Obs::CommBegin {
+                id: 9,
+                t: 100,
+                seen: 110,
+            },
+            110,
+        );
+        assert_eq!(g.gpus(), vec![a, b]);
+        assert!(g.open_of(a).is_none(), "GPU A ran nothing that drained");
+        assert_eq!(g.open_of(b).map(|x| x.start), Some(100));
+        g.observe(
+            7,
+            Some(a),
+            Obs::Sync {
+                t0: 5,
+                t1: 50,
+                on: SyncOn::Device,
+            },
+            50,
+        );
+        assert_eq!(g.open_of(a).map(|x| x.start), Some(50));
+        g.observe(7, None, Obs::Exit { t: 200 }, 200);
+        assert!(!g.any_open());
+        assert_eq!(g.take_closed().len(), 2);
+    }
+
+    #[test]
+    fn trainers_sharing_a_gpu_are_idle_only_together() {
+        let b = |start, end| {
+            Some(OpenBubble {
+                start,
+                opened_seen: start,
+                predicted_end: end,
+                shortest_end: end,
+                spread_ns: 0,
+                confidence: 1.0,
+                blocked: false,
+                busy_from: None,
+            })
+        };
+        let both = intersect(&[b(10, Some(100)), b(30, Some(80))]).unwrap();
+        assert_eq!((both.start, both.predicted_end), (30, Some(80)));
+        assert_eq!(intersect(&[b(10, Some(100)), None]), None);
+        assert_eq!(intersect(&[]), None);
+    }
+}

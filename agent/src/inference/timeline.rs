@@ -1,0 +1,1062 @@
+//! The bubbles of one trainer process on one GPU, from its observations ([`Obs`]).
+//!
+//! The timeline follows the process's streams ([`super::streams`]): compute streams carry
+//! launches, communication streams carry comm ops. It learns how far the GPU got on a compute
+//! stream from
+//! * the GPU begin of a comm op queued after the compute (on the same stream, or on a stream made to
+//!   wait for an event recorded on the compute stream: PyTorch's ProcessGroupNCCL does that before
+//!   every op). Until the process is seen recording events or making streams wait (today's rings),
+//!   every comm op is taken to follow the compute stream the host launched on last, as
+//!   ProcessGroupNCCL's ops do;
+//! * a timed stream wait reached on the compute stream;
+//! * a synchronize that returned.
+//!
+//! A compute stream made to wait for an event recorded after a comm op cannot run past the wait
+//! until it releases; launches queued behind it do not run. The GPU is idle while every compute
+//! stream is idle (drained, or held by such a wait) and no comm op is transferring: a send from its
+//! begin, a receive or a collective just before its end, each for its learnt transfer time
+//! ([`super::transfer`]). That is a bubble: from the GPU-side drain to the first moment something
+//! can run or transfer again. Communication that overlaps runnable compute is not one.
+//!
+//! No stuck state: an op that will never be timed (reported untimed, or queued before an op of its
+//! stream that began) is forgotten; the table of pending ops is bounded and never evicts an op a
+//! wait still waits for while another can go.
+use super::bubble::{Bubble, OpenBubble};
+use super::obs::{CommSig, Ns, Obs, StreamId, SyncOn};
+use super::pattern::{OpIndex, Part, Pattern, WAIT};
+use super::streams::{Blocker, Stream, Window};
+use super::transfer::Transfers;
+use std::collections::{HashMap, VecDeque};
+
+/// Ops issued and not ended kept at most (a lost record must not grow the table without bound).
+pub const MAX_PENDING_OPS: usize = 4096;
+/// Event records kept at most (frameworks reuse their events; past this the table starts again,
+/// and waits on forgotten events hold nothing).
+const MAX_EVENTS: usize = 8192;
+/// Transfer intervals kept.
+const MAX_TRANSFERS: usize = 256;
+/// An op issued this long ago that never began is forgotten (it will not be timed)...
+pub const OP_TIMEOUT_NS: Ns = 10_000_000_000;
+/// ...and one that began this long ago and was never seen to end (its end record was lost).
+pub const IN_FLIGHT_TIMEOUT_NS: Ns = 60_000_000_000;
+/// ...and so is one that never began this long after a synchronize that covered it returned
+/// (its GPU times would have come by then).
+pub const SYNCED_GRACE_NS: Ns = 50_000_000;
+/// How often the pending ops are looked over for ones that will not be timed.
+const EXPIRE_EVERY_NS: Ns = 10_000_000;
+/// Compute queued at least this long ago, with no wait in its way, is taken to have run (or twice
+/// the longest the host was seen running ahead of the GPU, if longer).
+pub const STALE_MIN_NS: Ns = 200_000_000;
+
+/// An event's latest record.
+#[derive(Clone, Copy, Debug)]
+struct Record {
+    stream: StreamId,
+    /// Launches on its stream before it.
+    launches: u64,
+    /// The last comm op queued on its stream before it.
+    last_op: Option<u64>,
+}
+
+#[derive(Debug)]
+struct Op {
+    sig: CommSig,
+    stream: StreamId,
+    issued: Ns,
+    pos: OpIndex,
+    /// Compute (stream, launches) queued before it that must have run when it begins.
+    deps: Vec<(StreamId, u64)>,
+    begin: Option<Ns>,
+    /// A synchronize covering it returned at this time.
+    synced: Option<Ns>,
+}
+
+#[derive(Debug)]
+struct Open {
+    bubble: OpenBubble,
+    /// Where the bubble is learnt: the op whose begin or wait opened it, and whether the bubble
+    /// is while the op is in flight or after it ended.
+    anchor: Option<(OpIndex, Part)>,
+}
+
+/// A known transfer: from, to, and where a bubble after it is learnt.
+type Transfer = (Ns, Ns, Option<(OpIndex, Part)>);
+
+/// The GPU-level idle window of the timeline.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Idle {
+    from: Ns,
+    until: Option<Ns>,
+    blocked: bool,
+    anchor: Option<(OpIndex, Part)>,
+}
+
+/// Bubbles shorter than this are not learnt (nothing can be granted in them).
+pub const MIN_LEARNT_NS: Ns = 100_000;
+
+/// One (process, GPU) timeline.
+#[derive(Debug, Default)]
+pub struct Timeline {
+    /// The process records events and stream waits: trust them.
+    explicit: bool,
+    streams: HashMap<StreamId, Stream>,
+    /// The compute stream the host launched on last.
+    current: Option<StreamId>,
+    events: HashMap<u64, Record>,
+    ops: HashMap<u64, Op>,
+    /// Pending ops in issue order (ids; ended ones are skipped lazily).
+    order: VecDeque<u64>,
+    /// Ops that began and have not ended: their pattern index, and the earliest time each may
+    /// start transferring (its begin plus the shortest wait learnt at its position; its begin when
+    /// nothing was learnt).
+    in_flight: HashMap<u64, (OpIndex, Ns)>,
+    transfers: Transfers,
+    /// Known transfer intervals (the GPU is busy in them), with the op's pattern index and the
+    /// part a bubble after it is learnt as.
+    xfers: VecDeque<Transfer>,
+    /// Sends that began with no transfer time learnt yet: busy until they end.
+    sending: HashMap<u64, Ns>,
+    pattern: Pattern,
+    open: Option<Open>,
+    /// Bubbles were reported up to here.
+    emitted_until: Ns,
+    closed: Vec<Bubble>,
+    /// Ops that ended (signature, begin, end), for matching with other processes' ops.
+    ended: Vec<(CommSig, Ns, Ns)>,
+    /// How far ahead of the GPU the host was seen queueing compute (decaying maximum).
+    runahead_ns: Ns,
+    /// Who it is (the process id), for messages.
+    label: u32,
+    /// When the pending ops are looked over next.
+    expire_at: Ns,
+}
+
+impl Timeline {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A timeline named `label` (the process id) in messages.
+    pub fn labelled(label: u32) -> Self {
+        Timeline {
+            label,
+            ..Self::default()
+        }
+    }
+
+    /// Who it is (the process id it was made for).
+    pub fn label(&self) -> u32 {
+        self.label
+    }
+
+    pub fn pattern(&self) -> &Pattern {
+        &self.pattern
+    }
+
+    /// The bubble open now, if any.
+    pub fn open_now(&self) -> Option<OpenBubble> {
+        let mut b = self.open.as_ref()?.bubble;
+        b.busy_from = self.in_flight.values().map(|x| x.1).min();
+        Some(b)
+    }
+
+    /// Bubbles closed since the last call.
+    pub fn take_closed(&mut self) -> Vec<Bubble> {
+        std::mem::take(&mut self.closed)
+    }
+
+    /// Ops that ended since the last call: (signature, GPU begin, GPU end).
+    pub fn take_ended(&mut self) -> Vec<(CommSig, Ns, Ns)> {
+        std::mem::take(&mut self.ended)
+    }
+
+    /// A bound on the transfer time of ops of `sig`, found elsewhere.
+    pub fn bound_transfer(&mut self, sig: &CommSig, ns: Ns) {
+        self.transfers.bound(sig, ns);
+    }
+
+    /// Comm ops waiting for their GPU times.
+    pub fn pending_ops(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether op `id` or wait `wait` belongs to this timeline.
+    pub fn has_op(&self, id: u64) -> bool {
+        self.ops.contains_key(&id)
+    }
+    pub fn has_wait(&self, wait: u64) -> bool {
+        self.streams.values().any(|s| s.blocker(wait).is_some())
+    }
+
+    fn stale_ns(&self) -> Ns {
+        STALE_MIN_NS.max(2 * self.runahead_ns + 1_000_000)
+    }
+
+    fn note_runahead(&mut self, r: Option<Ns>) {
+        self.runahead_ns -= self.runahead_ns / 256;
+        if let Some(r) = r {
+            self.runahead_ns = self.runahead_ns.max(r);
+        }
+    }
+
+    /// Takes one observation; `now` is when the agent sees it.
+    pub fn observe(&mut self, obs: Obs, now: Ns) {
+        match obs {
+            Obs::Launch { t, stream } => {
+                self.streams.entry(stream).or_default().on_launch(t);
+                self.current = Some(stream);
+            }
+            Obs::CommIssue { t, id, stream, sig } => self.on_issue(t, id, stream, sig),
+            Obs::CommBegin { id, t, .. } => self.on_begin(id, t),
+            Obs::CommEnd { id, t, .. } => self.on_end(id, t),
+            Obs::CommUntimed { id } => self.forget(id),
+            Obs::EventRecord { event, stream, .. } => {
+                self.explicit = true;
+                if self.events.len() >= MAX_EVENTS {
+                    self.events.clear();
+                }
+                let s = self.streams.entry(stream).or_default();
+                let last_op = s.last_op.filter(|x| self.ops.contains_key(x));
+                self.events.insert(
+                    event,
+                    Record {
+                        stream,
+                        launches: s.launches,
+                        last_op,
+                    },
+                );
+            }
+            Obs::StreamWait {
+                stream,
+                event,
+                wait,
+                ..
+            } => self.on_wait(stream, event, wait),
+            Obs::WaitReached { wait, t, .. } => {
+                let mut r = None;
+                for s in self.streams.values_mut() {
+                    if s.blocker(wait).is_some() {
+                        r = s.reached(wait, t);
+                    }
+                }
+                self.note_runahead(r);
+            }
+            Obs::WaitReleased { wait, t, .. } => self.on_released(wait, t),
+            Obs::Sync { t0, t1, on } => self.on_sync(t0, t1, on),
+            Obs::Lost { t } => {
+                // The bubble's end may be among the lost records: it is dropped, not reported.
+                if let Some(o) = self.open.take() {
+                    self.emitted_until = self.emitted_until.max(o.bubble.start);
+                }
+                self.emitted_until = self.emitted_until.max(t.min(now));
+                for s in self.streams.values_mut() {
+                    s.lost();
+                }
+                self.sending.clear();
+                // Their ends may be among the lost records.
+                let begun: Vec<u64> = self.in_flight.keys().copied().collect();
+                for x in begun {
+                    self.forget(x);
+                }
+            }
+            Obs::Exit { t } => {
+                if let Some(mut o) = self.open.take() {
+                    // Cut short by the exit: what was forecast did not get the chance to happen,
+                    // and nothing is learnt from it.
+                    o.bubble.predicted_end = None;
+                    o.anchor = None;
+                    self.close(o, t, now, true);
+                }
+                let pattern = std::mem::take(&mut self.pattern);
+                let closed = std::mem::take(&mut self.closed);
+                *self = Timeline {
+                    pattern,
+                    closed,
+                    emitted_until: t,
+                    ..Timeline::default()
+                };
+                return;
+            }
+        }
+        self.refresh(now);
+    }
+
+    fn on_issue(&mut self, t: Ns, id: u64, stream: StreamId, sig: CommSig) {
+        let pos = self.pattern.on_issue(sig, t);
+        for s in self.streams.values_mut() {
+            s.on_op_issued(pos);
+        }
+        let c = self.streams.entry(stream).or_default();
+        c.comm = true;
+        c.last_op = Some(id);
+        let mut deps = std::mem::take(&mut c.deps);
+        if c.launches > 0 {
+            deps.push((stream, c.launches));
+        }
+        if !self.explicit {
+            if let Some(cur) = self.current.filter(|&k| k != stream) {
+                let k = self.streams.get(&cur).map_or(0, |s| s.launches);
+                deps.push((cur, k));
+            }
+        }
+        self.expire(t);
+        if self.ops.len() >= MAX_PENDING_OPS {
+            self.evict();
+        }
+        self.ops.insert(
+            id,
+            Op {
+                sig,
+                stream,
+                issued: t,
+                pos,
+                deps,
+                begin: None,
+                synced: None,
+            },
+        );
+        self.order.push_back(id);
+    }
+
+    /// Whether a wait still waits for op `id`.
+    fn awaited_op(&self, id: u64) -> bool {
+        self.streams.values().any(|s| s.awaits(id))
+    }
+
+    /// Forgets the ops that never began and will not be timed (issued more than
+    /// [`OP_TIMEOUT_NS`] before `t`, or covered by a synchronize that returned more than
+    /// [`SYNCED_GRACE_NS`] ago), and those whose end was lost ([`IN_FLIGHT_TIMEOUT_NS`]);
+    /// looked at every [`EXPIRE_EVERY_NS`].
+    fn expire(&mut self, t: Ns) {
+        if t < self.expire_at {
+            return;
+        }
+        self.expire_at = t + EXPIRE_EVERY_NS;
+        let stale: Vec<u64> = self
+            .ops
+            .iter()
+            .filter(|(_, o)| match o.begin {
+                None => {
+                    o.issued + OP_TIMEOUT_NS < t
+                        || o.synced.is_some_and(|s| s + SYNCED_GRACE_NS < t)
+                }
+                Some(b) => b + IN_FLIGHT_TIMEOUT_NS < t,
+            })
+            .map(|(&x, _)| x)
+            .collect();
+        for x in stale {
+            self.forget(x);
+        }
+        self.order.retain(|x| self.ops.contains_key(x));
+    }
+
+    /// Makes room in the op table: the oldest op no wait waits for goes (the oldest of all if
+    /// every one is awaited).
+    fn evict(&mut self) {
+        self.order.retain(|x| self.ops.contains_key(x));
+        let victim = self
+            .order
+            .iter()
+            .position(|&x| !self.awaited_op(x))
+            .unwrap_or(0);
+        if let Some(x) = self.order.remove(victim) {
+            self.forget(x);
+        }
+    }
+
+    /// Op `id` will never be timed: forgets it; a wait on it that is not timed either holds
+    /// nothing (when it releases cannot be known).
+    fn forget(&mut self, id: u64) {
+        if self.ops.remove(&id).is_none() {
+            return;
+        }
+        self.in_flight.remove(&id);
+        self.sending.remove(&id);
+        for s in self.streams.values_mut() {
+            for b in s.blockers_mut() {
+                if b.op == Some(id) {
+                    b.op = None;
+                    if b.wait == 0 && b.released.is_none() {
+                        b.released = Some(0);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Ops queued on `stream` before op `id` that have not begun (or not ended, when `ended`):
+    /// they will never be timed.
+    fn forget_before(&mut self, stream: StreamId, id: u64, ended: bool) {
+        let stale: Vec<u64> = self
+            .order
+            .iter()
+            .take_while(|&&x| x != id)
+            .filter(|&&x| {
+                self.ops
+                    .get(&x)
+                    .is_some_and(|o| o.stream == stream && (ended || o.begin.is_none()))
+            })
+            .copied()
+            .collect();
+        for x in stale {
+            self.forget(x);
+        }
+    }
+
+    fn on_begin(&mut self, id: u64, t: Ns) {
+        let Some(op) = self.ops.get_mut(&id) else {
+            return;
+        };
+        if op.begin.is_some() {
+            return;
+        }
+        op.begin = Some(t);
+        let (stream, sig, pos) = (op.stream, op.sig, op.pos);
+        let wait = self.pattern.predict(pos, WAIT).map_or(0, |p| p.shortest_ns);
+        self.in_flight.insert(id, (pos, t + wait));
+        let deps = std::mem::take(&mut op.deps);
+        self.forget_before(stream, id, false);
+        for (s, k) in deps {
+            let r = self.streams.get_mut(&s).and_then(|s| s.drained_to(k, t));
+            self.note_runahead(r);
+        }
+        if sig.has_send() {
+            match self.transfers.estimate(&sig, None) {
+                Some(d) => self.add_transfer(t, t + d, Some((pos, 1))),
+                None => {
+                    self.sending.insert(id, t);
+                }
+            }
+        }
+    }
+
+    fn add_transfer(&mut self, a: Ns, b: Ns, op: Option<(OpIndex, Part)>) {
+        if b <= a {
+            return;
+        }
+        if self.xfers.len() == MAX_TRANSFERS {
+            self.xfers.pop_front();
+        }
+        self.xfers.push_back((a, b, op));
+    }
+
+    fn on_end(&mut self, id: u64, t: Ns) {
+        let Some(op) = self.ops.get(&id) else {
+            return;
+        };
+        let (sig, stream, begin, issued, pos) = (op.sig, op.stream, op.begin, op.issued, op.pos);
+        self.forget_before(stream, id, true);
+        let duration = begin.map(|b| t.saturating_sub(b));
+        if let (Some(b), Some(d)) = (begin, duration) {
+            self.transfers.record(&sig, d);
+            self.ended.push((sig, b, t));
+        }
+        if let Some(b) = self.sending.remove(&id) {
+            self.add_transfer(b, t, Some((pos, 1)));
+        }
+        if sig.has_recv() || sig.collective() {
+            // Unknown begin and nothing learnt: busy from its issue (conservative).
+            let tr = self
+                .transfers
+                .estimate(&sig, duration)
+                .unwrap_or(t.saturating_sub(issued));
+            self.add_transfer(
+                t.saturating_sub(tr).max(begin.unwrap_or(0)),
+                t,
+                Some((pos, 2)),
+            );
+            if let Some(d) = duration {
+                self.pattern.record(pos, WAIT, d.saturating_sub(tr));
+            }
+        } else if let Some(d) = duration {
+            let tr = self.transfers.estimate(&sig, duration).unwrap_or(d);
+            self.pattern.record(pos, WAIT, d.saturating_sub(tr));
+        }
+        for s in self.streams.values_mut() {
+            for b in s.blockers_mut() {
+                if b.op == Some(id) && b.released.is_none() {
+                    b.released = Some(t);
+                }
+            }
+        }
+        self.ops.remove(&id);
+        self.in_flight.remove(&id);
+    }
+
+    fn on_wait(&mut self, stream: StreamId, event: u64, wait: u64) {
+        self.explicit = true;
+        let Some(r) = self.events.get(&event).copied() else {
+            return;
+        };
+        let compute = self.streams.get(&r.stream).map_or(0, |s| s.launches);
+        let s = self.streams.entry(stream).or_default();
+        if r.stream != stream && compute > 0 {
+            s.deps.push((r.stream, r.launches));
+        }
+        if let Some(op) = r.last_op.and_then(|x| self.ops.get(&x).map(|o| (x, o.sig))) {
+            s.add_blocker(Blocker {
+                wait,
+                op: Some(op.0),
+                sig: Some(op.1),
+                at: s.launches,
+                released: None,
+            });
+        }
+    }
+
+    fn on_released(&mut self, wait: u64, t: Ns) {
+        let mut awaited = None;
+        for s in self.streams.values_mut() {
+            for b in s.blockers_mut().filter(|b| b.wait == wait) {
+                b.released = Some(t);
+                awaited = Some((b.op, b.sig));
+            }
+        }
+        let Some((op, sig)) = awaited else {
+            return;
+        };
+        let pending = op.and_then(|x| self.ops.get(&x));
+        if op.is_some() && pending.is_none() {
+            // It ended already: its transfer is known.
+            return;
+        }
+        // The awaited op has not been seen to end (or will never be timed): its transfer ends
+        // at the release; with nothing known of it, the whole wait counts as busy.
+        let begin = pending.and_then(|o| o.begin);
+        let pos = pending.map(|o| (o.pos, 2));
+        let tr = sig.and_then(|sig| {
+            self.transfers
+                .estimate(&sig, begin.map(|b| t.saturating_sub(b)))
+        });
+        let from = tr.map_or(0, |tr| t.saturating_sub(tr).max(begin.unwrap_or(0)));
+        self.add_transfer(from, t, pos);
+    }
+
+    fn on_sync(&mut self, t0: Ns, t1: Ns, on: SyncOn) {
+        let targets: Vec<(StreamId, u64)> = match on {
+            SyncOn::Device => self
+                .streams
+                .iter()
+                .map(|(&k, s)| (k, s.launches_by(t0)))
+                .collect(),
+            SyncOn::Stream(k) => self
+                .streams
+                .get(&k)
+                .map(|s| (k, s.launches_by(t0)))
+                .into_iter()
+                .collect(),
+            SyncOn::Event(e) => self
+                .events
+                .get(&e)
+                .map(|r| (r.stream, r.launches))
+                .into_iter()
+                .collect(),
+        };
+        for (k, n) in targets {
+            if let Some(s) = self.streams.get_mut(&k) {
+                s.drained_to(n, t1);
+            }
+        }
+        // Ops queued before it that have not begun by its return will not be timed.
+        for o in self.ops.values_mut() {
+            let covered = match on {
+                SyncOn::Device => true,
+                SyncOn::Stream(k) => o.stream == k,
+                SyncOn::Event(_) => false,
+            };
+            if covered && o.begin.is_none() && o.issued <= t0 {
+                o.synced.get_or_insert(t1);
+            }
+        }
+    }
+
+    /// The GPU-level idle window now, if the GPU is idle as far as known.
+    fn window(&self, now: Ns) -> Option<Idle> {
+        let stale = self.stale_ns();
+        let mut w: Option<Idle> = None;
+        for s in self.streams.values().filter(|s| s.launches > 0) {
+            let Window::Idle {
+                from,
+                until,
+                blocked,
+                anchor,
+            } = s.window(now, stale)
+            else {
+                return None;
+            };
+            let anchor = anchor.map(|a| (a, 0));
+            w = Some(match w {
+                None => Idle {
+                    from,
+                    until,
+                    blocked,
+                    anchor,
+                },
+                Some(mut x) => {
+                    if from > x.from {
+                        x.from = from;
+                        x.anchor = anchor;
+                    }
+                    x.until = match (x.until, until) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    x.blocked |= blocked;
+                    x
+                }
+            });
+        }
+        let mut w = w?;
+        // Past transfers and what was already reported.
+        loop {
+            let before = w.from;
+            if w.from < self.emitted_until {
+                w.from = self.emitted_until;
+                w.anchor = None;
+            }
+            for &(a, b, op) in &self.xfers {
+                if a <= w.from && w.from < b {
+                    // The idle time after a transfer is learnt at the op that transferred.
+                    w.from = b;
+                    w.anchor = op;
+                }
+            }
+            if w.from == before {
+                break;
+            }
+        }
+        for &b in self.sending.values() {
+            if b <= w.from {
+                return None;
+            }
+            w.until = Some(w.until.map_or(b, |u| u.min(b)));
+        }
+        for &(a, _, _) in &self.xfers {
+            if a > w.from {
+                w.until = Some(w.until.map_or(a, |u| u.min(a)));
+            }
+        }
+        match w.until {
+            Some(u) if u <= w.from => None,
+            _ => Some(w),
+        }
+    }
+
+    /// Opens, closes and reports bubbles as the window says.
+    fn refresh(&mut self, now: Ns) {
+        for _ in 0..16 {
+            let w = self.window(now);
+            match (self.open.as_mut(), w) {
+                // Knowledge came that the GPU drained earlier than thought: the bubble began then.
+                (Some(o), Some(w)) if w.from < o.bubble.start && w.until.is_none() => {
+                    o.bubble.start = w.from;
+                    o.anchor = o.anchor.or(w.anchor);
+                }
+                (Some(o), Some(w)) if w.from == o.bubble.start => match w.until {
+                    Some(u) => {
+                        let o = self.open.take().expect("checked above");
+                        self.close(o, u, now, false);
+                    }
+                    None => {
+                        o.bubble.blocked = w.blocked;
+                        // Where it belongs became known (the op issued after the compute).
+                        if o.anchor.is_none() && w.anchor.is_some() {
+                            let seen = o.bubble.opened_seen;
+                            self.open = Some(self.new_open(w, seen));
+                        }
+                        return;
+                    }
+                },
+                // The window moved with no end seen (a lost record): the bubble is dropped.
+                (Some(_), _) => {
+                    let o = self.open.take().expect("checked above");
+                    self.emitted_until = self.emitted_until.max(o.bubble.start);
+                }
+                (None, Some(w)) => {
+                    let o = self.new_open(w, now);
+                    match w.until {
+                        Some(u) => self.close(o, u, now, false),
+                        None => {
+                            self.open = Some(o);
+                            return;
+                        }
+                    }
+                }
+                (None, None) => return,
+            }
+        }
+    }
+
+    fn new_open(&self, w: Idle, now: Ns) -> Open {
+        let p = w.anchor.and_then(|(a, part)| self.pattern.predict(a, part));
+        Open {
+            bubble: OpenBubble {
+                start: w.from,
+                opened_seen: now,
+                predicted_end: p.map(|p| w.from + p.expected_ns),
+                shortest_end: p.map(|p| w.from + p.shortest_ns),
+                spread_ns: p.map_or(0, |p| p.spread_ns),
+                confidence: p.map_or(0.0, |p| p.confidence),
+                blocked: w.blocked,
+                busy_from: None,
+            },
+            anchor: w.anchor,
+        }
+    }
+
+    fn close(&mut self, o: Open, end: Ns, now: Ns, cut_by_exit: bool) {
+        let b = o.bubble;
+        let end = end.max(b.start);
+        if let Some((a, part)) = o.anchor.filter(|_| end - b.start >= MIN_LEARNT_NS) {
+            self.pattern.record(a, part, end - b.start);
+        }
+        self.emitted_until = self.emitted_until.max(end);
+        // Transfers before what was reported no longer matter.
+        let done = self.emitted_until;
+        self.xfers.retain(|x| x.1 > done);
+        self.closed.push(Bubble {
+            start: b.start,
+            end,
+            opened_seen: b.opened_seen,
+            closed_seen: now.max(b.opened_seen),
+            predicted_end: b.predicted_end,
+            confidence: b.confidence,
+            cut_by_exit,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inference::obs::CommKind;
+
+    const C: StreamId = 7;
+    const P2P: StreamId = 20;
+
+    fn recv() -> CommSig {
+        CommSig {
+            comm: 1,
+            kind: CommKind::Recv,
+            peer: 0,
+            bytes: 4,
+        }
+    }
+
+    /// An eager send on the receives' communicator: its duration bounds their transfers (50 ns).
+    fn learn_transfer(tl: &mut Timeline) {
+        let send = CommSig {
+            kind: CommKind::Send,
+            ..recv()
+        };
+        feed(
+            tl,
+            &[
+                Obs::CommIssue {
+                    t: 10,
+                    id: 100,
+                    stream: P2P,
+                    sig: send,
+                },
+                Obs::CommBegin {
+                    id: 100,
+                    t: 20,
+                    seen: 20,
+                },
+                Obs::CommEnd {
+                    id: 100,
+                    t: 70,
+                    seen: 70,
+                },
+            ],
+        );
+        tl.take_closed();
+    }
+
+    fn feed(tl: &mut Timeline, obs: &[Obs]) {
+        for &o in obs {
+            let now = match o {
+                Obs::CommBegin { seen, .. }
+                | Obs::CommEnd { seen, .. }
+                | Obs::WaitReached { seen, .. }
+                | Obs::WaitReleased { seen, .. } => seen,
+                o => o.time(),
+            };
+            tl.observe(o, now);
+        }
+    }
+
+    #[test]
+    fn todays_rings_a_receive_the_host_waits_for_is_a_bubble_until_its_next_launch() {
+        let mut tl = Timeline::new();
+        learn_transfer(&mut tl);
+        feed(
+            &mut tl,
+            &[
+                Obs::Launch { t: 100, stream: C },
+                Obs::CommIssue {
+                    t: 200,
+                    id: 1,
+                    stream: P2P,
+                    sig: recv(),
+                },
+                // The op's stream waited for the compute: its begin is the drain.
+                Obs::CommBegin {
+                    id: 1,
+                    t: 1_000,
+                    seen: 1_100,
+                },
+            ],
+        );
+        assert_eq!(tl.open_now().map(|b| b.start), Some(1_000));
+        feed(
+            &mut tl,
+            &[
+                Obs::CommEnd {
+                    id: 1,
+                    t: 9_000,
+                    seen: 9_100,
+                },
+                Obs::Sync {
+                    t0: 300,
+                    t1: 9_050,
+                    on: SyncOn::Stream(P2P),
+                },
+                Obs::Launch {
+                    t: 9_200,
+                    stream: C,
+                },
+            ],
+        );
+        assert!(tl.open_now().is_none());
+        // Idle from the drain to its transfer, and from its end to the host's next launch.
+        let b: Vec<_> = tl.take_closed().iter().map(|b| (b.start, b.end)).collect();
+        assert_eq!(b, vec![(1_000, 8_950), (9_000, 9_200)]);
+
+        // With nothing learnt of the transfer, the whole receive counts as transferring.
+        let mut tl = Timeline::new();
+        feed(
+            &mut tl,
+            &[
+                Obs::Launch { t: 100, stream: C },
+                Obs::CommIssue {
+                    t: 200,
+                    id: 1,
+                    stream: P2P,
+                    sig: recv(),
+                },
+                Obs::CommBegin {
+                    id: 1,
+                    t: 1_000,
+                    seen: 1_100,
+                },
+                Obs::CommEnd {
+                    id: 1,
+                    t: 9_000,
+                    seen: 9_100,
+                },
+                Obs::Launch {
+                    t: 9_200,
+                    stream: C,
+                },
+            ],
+        );
+        let b: Vec<_> = tl.take_closed().iter().map(|b| (b.start, b.end)).collect();
+        assert_eq!(b, vec![(9_000, 9_200)]);
+    }
+
+    #[test]
+    fn a_launch_behind_a_wait_keeps_the_bubble_one_that_can_run_ends_it() {
+        let mut tl = Timeline::new();
+        learn_transfer(&mut tl);
+        feed(
+            &mut tl,
+            &[
+                Obs::Launch { t: 100, stream: C },
+                Obs::CommIssue {
+                    t: 200,
+                    id: 1,
+                    stream: P2P,
+                    sig: recv(),
+                },
+                Obs::EventRecord {
+                    t: 210,
+                    event: 5,
+                    stream: P2P,
+                },
+                Obs::StreamWait {
+                    t: 220,
+                    stream: C,
+                    event: 5,
+                    wait: 9,
+                },
+                // Queued behind the wait: cannot run before the receive.
+                Obs::Launch { t: 230, stream: C },
+                Obs::WaitReached {
+                    wait: 9,
+                    t: 2_000,
+                    seen: 2_100,
+                },
+            ],
+        );
+        let open = tl
+            .open_now()
+            .expect("the compute stream is held by the wait");
+        assert_eq!(open.start, 2_000);
+        assert!(open.blocked);
+        feed(
+            &mut tl,
+            &[Obs::WaitReleased {
+                wait: 9,
+                t: 8_000,
+                seen: 8_100,
+            }],
+        );
+        assert!(tl.open_now().is_none());
+        // Until the transfer of the receive it waited for.
+        let b: Vec<_> = tl.take_closed().iter().map(|b| (b.start, b.end)).collect();
+        assert_eq!(b, vec![(2_000, 7_950)]);
+
+        // A launch with no wait before it runs at once.
+        let mut tl = Timeline::new();
+        feed(
+            &mut tl,
+            &[
+                Obs::Launch { t: 100, stream: C },
+                Obs::Sync {
+                    t0: 150,
+                    t1: 1_000,
+                    on: SyncOn::Device,
+                },
+            ],
+        );
+        assert_eq!(tl.open_now().map(|b| b.start), Some(1_000));
+        feed(
+            &mut tl,
+            &[Obs::Launch {
+                t: 3_000,
+                stream: C,
+            }],
+        );
+        assert!(tl.open_now().is_none());
+        assert_eq!(
+            tl.take_closed()
+                .iter()
+                .map(|b| (b.start, b.end))
+                .collect::<Vec<_>>(),
+            vec![(1_000, 3_000)]
+        );
+    }
+
+    #[test]
+    fn untimed_ops_are_forgotten_and_the_table_stays_bounded() {
+        let mut tl = Timeline::new();
+        tl.observe(Obs::Launch { t: 1, stream: C }, 1);
+        for id in 0..(MAX_PENDING_OPS as u64 + 100) {
+            let t = 10 + id;
+            tl.observe(
+                Obs::CommIssue {
+                    t,
+                    id,
+                    stream: P2P,
+                    sig: recv(),
+                },
+                t,
+            );
+            if id % 2 == 0 {
+                tl.observe(Obs::CommUntimed { id }, t);
+            }
+        }
+        assert!(tl.pending_ops() <= MAX_PENDING_OPS);
+        // An op of the same stream that begins: those before it will never be timed.
+        tl.observe(
+            Obs::CommBegin {
+                id: MAX_PENDING_OPS as u64 + 99,
+                t: 10_000,
+                seen: 10_000,
+            },
+            10_000,
+        );
+        assert_eq!(tl.pending_ops(), 1);
+    }
+
+    #[test]
+    fn the_op_a_wait_waits_for_is_not_evicted() {
+        let mut tl = Timeline::new();
+        feed(
+            &mut tl,
+            &[
+                Obs::Launch { t: 1, stream: C },
+                Obs::CommIssue {
+                    t: 2,
+                    id: 1,
+                    stream: P2P,
+                    sig: recv(),
+                },
+                Obs::EventRecord {
+                    t: 3,
+                    event: 5,
+                    stream: P2P,
+                },
+                Obs::StreamWait {
+                    t: 4,
+                    stream: C,
+                    event: 5,
+                    wait: 0,
+                },
+            ],
+        );
+        for id in 2..(MAX_PENDING_OPS as u64 + 10) {
+            tl.observe(
+                Obs::CommIssue {
+                    t: 10,
+                    id,
+                    stream: 30,
+                    sig: recv(),
+                },
+                10,
+            );
+        }
+        assert!(tl.has_op(1), "evicted the op a wait waits for");
+        assert!(tl.pending_ops() <= MAX_PENDING_OPS);
+    }
+
+    #[test]
+    fn lost_records_close_nothing_and_leave_the_gpu_unknown() {
+        let mut tl = Timeline::new();
+        feed(
+            &mut tl,
+            &[
+                Obs::Launch { t: 100, stream: C },
+                Obs::Sync {
+                    t0: 150,
+                    t1: 1_000,
+                    on: SyncOn::Device,
+                },
+            ],
+        );
+        assert!(tl.open_now().is_some());
+        tl.observe(Obs::Lost { t: 2_000 }, 2_000);
+        assert!(tl.open_now().is_none());
+        assert!(
+            tl.take_closed().is_empty(),
+            "a bubble whose end may be lost"
+        );
+        // Known again after the next drain.
+        feed(
+            &mut tl,
+            &[
+                Obs::Launch {
+                    t: 3_000,
+                    stream: C,
+                },
+                Obs::Sync {
+                    t0: 3_100,
+                    t1: 4_000,
+                    on: SyncOn::Device,
+                },
+            ],
+        );
+        assert_eq!(tl.open_now().map(|b| b.start), Some(4_000));
+    }
+}
