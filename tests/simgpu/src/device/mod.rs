@@ -2,14 +2,20 @@
 //! device's model ([`run`]), device memory ([`mem`]), and reclaiming what dead processes held.
 mod mem;
 mod run;
+#[cfg(test)]
+mod tests;
 
 pub use run::{KernelRun, Timing, SPIN_FINISH_NS};
 
+use crate::abi::now_ns;
 use crate::futex;
+use crate::lock::STALE_CHECK_NS;
 use crate::sched::Knobs;
 use crate::shm::{self, DeviceShm, ShmMap, MAX_SLOTS};
 use std::collections::HashMap;
 use std::fmt;
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
@@ -47,6 +53,8 @@ pub struct Device {
     process_share: u32,
     /// This process's allocations: address -> size.
     allocs: Mutex<HashMap<u64, u64>>,
+    /// When this process last looked for dead processes on the device ([`Device::reap_if_due`]).
+    last_reap_ns: AtomicU64,
 }
 
 static DEVICES: Mutex<Vec<Arc<Device>>> = Mutex::new(Vec::new());
@@ -75,13 +83,26 @@ impl Device {
         let dir = crate::config::sim_dir();
         let os = |e: std::io::Error| SimError::Os(format!("{}: {e}", dir.display()));
         shm::ensure_dir(&dir).map_err(os)?;
-        let shm = shm::open_or_create(
+        Device::open_at(
             &dir.join(format!("gpu{id}")),
+            id,
             crate::config::knobs(),
             crate::config::mem_bytes(),
-            crate::memory::addr_base(id),
+            crate::config::mps_share(),
         )
-        .map_err(os)?;
+    }
+
+    /// Opens (or creates, with `knobs` and `mem_total`) the shared state at `path` as device `id`
+    /// and claims a process slot in it.
+    fn open_at(
+        path: &Path,
+        id: i32,
+        knobs: Knobs,
+        mem_total: u64,
+        process_share: u32,
+    ) -> Result<Device, SimError> {
+        let shm = shm::open_or_create(path, knobs, mem_total, crate::memory::addr_base(id))
+            .map_err(|e| SimError::Os(format!("{}: {e}", path.display())))?;
         let knobs = shm.model().knobs;
         let slot =
             claim_slot(&shm).ok_or_else(|| SimError::Os("all process slots taken".into()))?;
@@ -90,8 +111,9 @@ impl Device {
             shm,
             slot,
             knobs,
-            process_share: crate::config::mps_share(),
+            process_share,
             allocs: Mutex::new(HashMap::new()),
+            last_reap_ns: AtomicU64::new(now_ns()),
         })
     }
 
@@ -126,6 +148,23 @@ impl Device {
             self.wake_all();
         }
         changed
+    }
+
+    /// [`Device::reap`] if this process has not looked for [`STALE_CHECK_NS`]. Called on every
+    /// submission and wake-up, so that a process that keeps using the device frees a dead one's
+    /// slot within that time, however short each of its kernels is: a dead process's kernel
+    /// must not go on taking time slices because every survivor's waits are short.
+    fn reap_if_due(&self) {
+        let now = now_ns();
+        let last = self.last_reap_ns.load(Relaxed);
+        if now.saturating_sub(last) >= STALE_CHECK_NS
+            && self
+                .last_reap_ns
+                .compare_exchange(last, now, Relaxed, Relaxed)
+                .is_ok()
+        {
+            self.reap();
+        }
     }
 
     fn wake_all(&self) {

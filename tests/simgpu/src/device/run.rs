@@ -9,7 +9,6 @@ use super::Device;
 use crate::abi::now_ns;
 use crate::config::Mode;
 use crate::futex;
-use crate::lock::STALE_CHECK_NS;
 use crate::sched::{EntryId, Submit, Until, STARTED};
 use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::Relaxed;
@@ -101,6 +100,7 @@ impl Device {
     }
 
     fn submit_entry(&self, s: &Submit) -> EntryId {
+        self.reap_if_due();
         loop {
             let (id, cleared) = {
                 let mut m = self.shm.model();
@@ -183,7 +183,6 @@ impl Device {
     }
 
     fn wait(&self, id: EntryId, until: Until, on_time: bool) -> Reached {
-        let mut last_reap = now_ns();
         loop {
             let now = now_ns();
             let (sleep, word, seen) = {
@@ -243,11 +242,7 @@ impl Device {
                 (sleep, word, word.load(Relaxed))
             };
             sleep_until(sleep, word, seen);
-            let now = now_ns();
-            if now.saturating_sub(last_reap) >= STALE_CHECK_NS {
-                last_reap = now;
-                self.reap();
-            }
+            self.reap_if_due();
         }
     }
 }
