@@ -76,6 +76,43 @@ fn check_inference(args: &[&str]) {
     assert_eq!(keys, documented, "inference fields");
     let bf = r["truth"]["bubble_fraction"].as_f64().unwrap();
     assert!(bf > 0.0 && bf < 1.0, "{r}");
+    // The grants the agent published, scored against the truth, overall and per GPU.
+    let g = &r["grants"];
+    let share = g["over_busy_share"].as_f64().unwrap();
+    assert!(
+        (0.0..=1.0).contains(&share) && g["granted_ms"].is_f64(),
+        "{r}"
+    );
+    for gpu in r["per_gpu"].as_array().unwrap() {
+        assert!(gpu["grants"]["over_busy_share"].is_f64(), "{r}");
+    }
+}
+
+/// Grants on the trainers' busy time: the project's target is at most 1 % of granted time
+/// (scripts/bench-jobs); here, on a loaded 2-core machine where the agent sees a launch later,
+/// at most 5 %. (Grants that outlast their bubble by the trainer's reaction time, the prior
+/// approach's pause/resume `--sidetask-mode prior`, score 0.7 % here: what this catches is grants
+/// sized past the bubble's end or opened inside transfers and compute.)
+fn check_grants(args: &[&str]) {
+    let r = sim(args);
+    let g = &r["grants"];
+    assert!(g["granted_ms"].as_f64().unwrap() > 0.0, "no grant: {r}");
+    let share = g["over_busy_share"].as_f64().unwrap();
+    assert!(share <= 0.05, "grants over busy time {share} > 0.05: {r}");
+}
+
+#[test]
+fn grants_stay_off_the_trainers_busy_time() {
+    check_grants(&[
+        "--schedule",
+        "1f1b",
+        "--stages",
+        "4",
+        "--microbatches",
+        "8",
+        "--iterations",
+        "4",
+    ]);
 }
 
 #[test]

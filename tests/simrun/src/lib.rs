@@ -9,6 +9,7 @@
 //! * [`sim_report`]: the text report and the side tasks that ended early.
 pub mod sim;
 pub mod sim_gpus;
+pub mod sim_grants;
 pub mod sim_nodes;
 pub mod sim_procs;
 pub mod sim_report;

@@ -17,6 +17,7 @@
 //!   every true idle interval of at least [`MIN_SCORED_IDLE_NS`] that a bubble overlaps.
 use crate::sim_procs::{self, SidetaskEnd};
 use freeride_abi::{env, now_ns};
+use freeride_agent::grant_log::GrantLog;
 use freeride_agent::grants::GrantPolicy;
 use freeride_agent::inference::score::{clip, merge, Tally};
 use freeride_agent::inference::Ns;
@@ -44,6 +45,8 @@ pub struct SimResult {
     /// Every kernel of the ground truth.
     pub kernels: Vec<truth::KernelRecord>,
     pub bubbles: Vec<BubbleRecord>,
+    /// What each node's agent granted (index: node).
+    pub grant_logs: Vec<GrantLog>,
     pub events: u64,
     pub dropped: u64,
     /// CPU time of the agent's thread over the run, and the run's length.
@@ -256,6 +259,8 @@ pub fn ensure_testbed_built() -> Result<(), String> {
 /// What the agent loop saw and what it cost.
 pub struct AgentRun {
     pub bubbles: Vec<BubbleRecord>,
+    /// Every grant each node's agent published, node by node.
+    pub grant_logs: Vec<GrantLog>,
     pub events: u64,
     pub dropped: u64,
     pub warnings: Vec<String>,
@@ -276,7 +281,7 @@ pub fn agent_loop(dir: &Path, stop: &AtomicBool, grants: Option<GrantPolicy>) ->
     // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack (wake on time to poll).
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
     let mut node = match grants {
-        Some(p) => Node::with_grants(dir, p),
+        Some(p) => Node::with_grants(dir, p).logging_grants(),
         None => Node::new(dir),
     };
     let mut bubbles = vec![];
@@ -297,6 +302,7 @@ pub fn agent_loop(dir: &Path, stop: &AtomicBool, grants: Option<GrantPolicy>) ->
     tally(&mut node, &mut bubbles);
     AgentRun {
         bubbles,
+        grant_logs: vec![node.grant_log().cloned().unwrap_or_default()],
         events,
         dropped,
         warnings,
@@ -389,6 +395,7 @@ pub fn run(
         sidetask_pids,
         sidetask_ends: out.sidetask_ends,
         bubbles: run.bubbles,
+        grant_logs: run.grant_logs,
         events: run.events,
         dropped: run.dropped,
         agent_cpu_ns: run.cpu_ns,

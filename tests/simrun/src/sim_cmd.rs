@@ -1,5 +1,6 @@
 //! `freeride sim`: pipesim under freeride with the agent, scored against the ground truth.
 use clap::Args;
+use freeride_agent::inference::score::GrantTally;
 use freeride_sim::sim::{self, p50_p99};
 use freeride_sim::sim_report;
 use pipesim::cli::JobArgs;
@@ -183,6 +184,9 @@ pub fn main(a: SimArgs) -> i32 {
         },
     });
     let mut report = report;
+    let grants = freeride_sim::sim_grants::score(&res);
+    let grants_json = |t: &GrantTally| json!({"over_busy_share": r(t.over_busy_share(), 4), "granted_ms": r(t.granted_ms(), 1)});
+    report["grants"] = grants_json(&grants.overall);
     report["per_gpu"] = freeride_sim::sim_gpus::per_gpu(&res)
         .iter()
         .map(|g| {
@@ -190,6 +194,7 @@ pub fn main(a: SimArgs) -> i32 {
                 "rank": g.rank, "pid": g.pid, "device": g.device, "bus_id": g.bus_id,
                 "node": g.node, "idle_fraction": r(g.idle_fraction, 4),
                 "precision": r(g.precision, 4), "recall": r(g.recall, 4),
+                "grants": grants_json(&grants.per_rank.get(g.rank as usize).copied().unwrap_or_default()),
             });
             if side.is_some() {
                 v["bubble_busy_ratio"] = r(g.bubble_busy_ratio, 4);

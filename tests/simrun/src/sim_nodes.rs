@@ -72,6 +72,7 @@ impl Agents {
         self.stop.store(true, Ordering::Release);
         let mut all = AgentRun {
             bubbles: vec![],
+            grant_logs: vec![],
             events: 0,
             dropped: 0,
             warnings: vec![],
@@ -85,6 +86,7 @@ impl Agents {
                 Ok(r) => {
                     per_node.push((r.events, r.bubbles.len()));
                     all.bubbles.extend(r.bubbles);
+                    all.grant_logs.extend(r.grant_logs);
                     all.events += r.events;
                     all.dropped = all.dropped.max(r.dropped);
                     all.warnings.extend(r.warnings);

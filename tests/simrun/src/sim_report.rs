@@ -169,6 +169,16 @@ pub fn render(r: &Value) -> String {
             "predicted_end_error_us_p99",
         ],
     );
+    let g = &r["grants"];
+    if !g.is_null() {
+        let _ = writeln!(
+            s,
+            "grants     {} granted; {} of it over the trainers' busy GPU time",
+            unit(&g["granted_ms"], "ms"),
+            pct(&g["over_busy_share"]),
+        );
+        rest(&mut s, g, &["granted_ms", "over_busy_share"]);
+    }
     let a = &r["agent"];
     let _ = writeln!(
         s,
@@ -269,6 +279,7 @@ pub fn render(r: &Value) -> String {
         "scored_iterations",
         "truth",
         "inference",
+        "grants",
         "agent",
         "harvest",
         "trainer",
