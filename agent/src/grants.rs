@@ -156,7 +156,7 @@ impl Grants {
         }
         self.trainer_mem.insert(device, trainer_mem);
         if !self.writers.contains_key(&device) {
-            match GrantWriter::create(&self.dir, device as u32) {
+            match GrantWriter::create(&self.dir, freeride_abi::GpuId::from_field(device)) {
                 Ok(w) => {
                     self.writers.insert(device, (w, Published::default()));
                 }
