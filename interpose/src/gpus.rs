@@ -5,7 +5,9 @@
 //! ([`crate::rt::Thread::gpu`]).
 //!
 //! The thread that resolves a device first pushes its [`Kind::DeviceInfo`] record (ordinal, bus
-//! id, UUID), so that readers can show what each GpuId is. Resolving is a slow path: the first
+//! id, UUID), so that readers can show what each GpuId is; a thread that asks meanwhile waits a
+//! few microseconds at most (a bounded spin) for that record to be pushed, so that a record
+//! naming the GPU follows it. Resolving is a slow path: the first
 //! hook of a thread in a context, the first allocation on a device, a timing pool's creation. It
 //! makes two driver calls and never allocates. A device the driver cannot name now (not
 //! initialized yet, an ordinal past [`MAX_ORDINALS`]) reads [`GpuId::UNKNOWN`] and is asked again
@@ -18,9 +20,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Ordinals cached (a process sees at most this many devices; beyond: unknown).
 pub const MAX_ORDINALS: usize = 64;
 
-/// Per ordinal: 0 not resolved, [`RESOLVED`] | GpuId once resolved.
+/// Per ordinal: 0 not resolved, [`PENDING`] | GpuId while its DeviceInfo is being pushed,
+/// [`RESOLVED`] | GpuId once resolved.
 static IDS: [AtomicU64; MAX_ORDINALS] = [const { AtomicU64::new(0) }; MAX_ORDINALS];
 const RESOLVED: u64 = 1 << 32;
+const PENDING: u64 = 1 << 33;
+/// Spins of a thread that waits for another's DeviceInfo (tens of microseconds at most).
+const PENDING_SPINS: u32 = 1 << 16;
 
 /// The GPU of device ordinal `ordinal` of this process ([`GpuId::UNKNOWN`]: not known now).
 #[inline]
@@ -48,13 +54,22 @@ fn resolve(ordinal: i32) -> GpuId {
     if slot
         .compare_exchange(
             0,
-            RESOLVED | gpu.0 as u64,
+            PENDING | gpu.0 as u64,
             Ordering::AcqRel,
             Ordering::Acquire,
         )
-        .is_ok()
-        && rt::active_now()
+        .is_err()
     {
+        // Another thread names it: let its DeviceInfo go first (bounded: never a lock).
+        for _ in 0..PENDING_SPINS {
+            if slot.load(Ordering::Acquire) & RESOLVED != 0 {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        return gpu;
+    }
+    if rt::active_now() {
         let uuid = d.uuid(ordinal).unwrap_or([0; 16]);
         rt::push(&Record {
             t_ns: rt::now_ns(),
@@ -68,6 +83,7 @@ fn resolve(ordinal: i32) -> GpuId {
             ..Default::default()
         });
     }
+    slot.store(RESOLVED | gpu.0 as u64, Ordering::Release);
     gpu
 }
 

@@ -324,24 +324,10 @@ pub fn record_on_gpu(
     flags: u8,
     p: [u64; 3],
 ) {
-    with_thread(|t| {
-        push(&Record {
-            t_ns,
-            kind: kind as u8,
-            flags,
-            api: api as u16,
-            device,
-            tid: tid(t),
-            aux,
-            stream,
-            p0: p[0],
-            p1: p[1],
-            p2: p[2],
-        })
-    });
+    with_thread(|t| push_on(t, kind, api, t_ns, device, stream, aux, flags, p));
 }
 
-/// [`record`] with the thread's state in hand: the one push of every record kind.
+/// [`record`] with the thread's state in hand.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn record_on(
@@ -354,12 +340,29 @@ fn record_on(
     flags: u8,
     p: [u64; 3],
 ) {
+    push_on(t, kind, api, t_ns, gpu(t), stream, aux, flags, p);
+}
+
+/// The one push of every record kind a hook makes.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn push_on(
+    t: &Thread,
+    kind: Kind,
+    api: Api,
+    t_ns: u64,
+    device: i32,
+    stream: u64,
+    aux: u32,
+    flags: u8,
+    p: [u64; 3],
+) {
     push(&Record {
         t_ns,
         kind: kind as u8,
         flags,
         api: api as u16,
-        device: gpu(t),
+        device,
         tid: tid(t),
         aux,
         stream,
@@ -657,6 +660,9 @@ extern "C" fn atfork_child() {
     SHM_CAP.store(0, Ordering::Relaxed);
     PROC_GPU.store(-1, Ordering::Relaxed);
     crate::gpus::reset_after_fork();
+    // The forking thread (the child's only one) asks for its GPU again: the child's ring gets
+    // its own DeviceInfo before a record names it.
+    invalidate_device();
     crate::waits::reset_after_fork();
     trace::reset_after_fork();
     comm::reset_after_fork();

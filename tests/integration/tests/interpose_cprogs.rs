@@ -3,7 +3,7 @@
 //! tiny fake CUDA/NCCL libraries (tests/cprogs/fake_*.c), run under LD_PRELOAD, and the
 //! FREERIDE_TRACE JSON lines are counted exactly.
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -197,6 +197,24 @@ fn run_with(prog: &str, args: &[&str], env: &[(&str, &str)], with_preload: bool)
 
 fn run(prog: &str) -> Run {
     run_with(prog, &[], &[], true)
+}
+
+/// In every process's lines a GPU is introduced by its `device_info` (once) before any other line
+/// names it: a forked child and an exec'd image introduce theirs again.
+fn gpus_introduced_first(ev: &[Value]) {
+    let mut seen: HashSet<(u64, String)> = HashSet::new();
+    for e in ev {
+        let (Some(pid), Some(gpu)) = (e["pid"].as_u64(), e["device"].as_str()) else {
+            continue;
+        };
+        let key = (pid, gpu.to_string());
+        if e["kind"] == "device_info" {
+            assert!(seen.insert(key), "a second device_info: {e}");
+        } else {
+            assert!(seen.contains(&key), "{e} names a GPU before its device_info");
+        }
+    }
+    assert!(!seen.is_empty(), "no device_info at all");
 }
 
 /// (kind, api) -> count.
@@ -434,6 +452,7 @@ fn fork_and_exec_while_threads_launch() {
         per_pid.values().all(|c| c.1 == 1 && c.2 == 0),
         "{per_pid:?}"
     );
+    gpus_introduced_first(&r.events);
 }
 
 #[test]
@@ -469,6 +488,7 @@ fn fork_and_exec() {
     );
     let parent = per_pid.iter().find(|(p, _)| **p != child).unwrap().1;
     assert_eq!(*parent, (15, 1));
+    gpus_introduced_first(&r.events);
 }
 
 #[test]
