@@ -211,7 +211,10 @@ fn gpus_introduced_first(ev: &[Value]) {
         if e["kind"] == "device_info" {
             assert!(seen.insert(key), "a second device_info: {e}");
         } else {
-            assert!(seen.contains(&key), "{e} names a GPU before its device_info");
+            assert!(
+                seen.contains(&key),
+                "{e} names a GPU before its device_info"
+            );
         }
     }
     assert!(!seen.is_empty(), "no device_info at all");
@@ -385,6 +388,44 @@ fn nccl_in_a_local_scope_with_gpu_side_timing() {
                 "{kind} {e} is {best} ns from the ground truth (uncertainty {unc} ns)"
             );
         }
+    }
+}
+
+/// An op that cannot be timed is said so at once, never left pending: with timing off, and with
+/// every stream being captured into a graph, each op outside a group and each stream of the group
+/// gets one `comm_untimed` (with why) and no begin or end.
+#[test]
+fn untimed_ops_are_recorded_untimed() {
+    for (env, why) in [
+        (("FREERIDE_COMM_TIMING", "0"), "off"),
+        (("FAKE_CAPTURING", "1"), "capturing"),
+    ] {
+        let r = run_with("nccl_local", &[], &[env], true);
+        let m = counts(&r.events);
+        assert_eq!(total(&m, "comm"), 8, "{m:?}");
+        assert_eq!(total(&m, "comm_begin") + total(&m, "comm_end"), 0, "{m:?}");
+        let untimed: Vec<&Value> = r
+            .events
+            .iter()
+            .filter(|e| e["kind"] == "comm_untimed")
+            .collect();
+        assert_eq!(untimed.len(), 8, "{env:?}: {m:?}");
+        assert!(untimed.iter().all(|e| e["why"] == why), "{untimed:?}");
+        // Each names its op (or the group, for a group's stream) as a begin would have.
+        let ops: HashSet<u64> = r
+            .events
+            .iter()
+            .filter(|e| e["kind"] == "comm" && e["group"] == 0)
+            .map(|e| e["op"].as_u64().unwrap())
+            .collect();
+        for u in &untimed {
+            let (op, group) = (u["op"].as_u64().unwrap(), u["group"].as_u64().unwrap());
+            assert!(
+                (group == 0 && ops.contains(&op)) || (group != 0 && op == 0),
+                "{u}"
+            );
+        }
+        assert_eq!(untimed.iter().filter(|u| u["group"] != 0).count(), 2);
     }
 }
 
