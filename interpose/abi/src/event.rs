@@ -35,7 +35,8 @@ pub enum Kind {
     Launch = 3,
     /// Graph launch. `p0` = graph exec handle.
     GraphLaunch = 4,
-    /// NCCL operation (send, recv, collective). `flags` = ncclDataType_t, `aux` = peer (i32; root
+    /// NCCL operation (send, recv, collective; `device` = its communicator's GPU). `flags` =
+    /// ncclDataType_t, `aux` = peer (i32; root
     /// for broadcast, -1 for other collectives), `p0` = bytes, `p1` = communicator handle,
     /// `p2` = op id \| group id << 32 (group 0 = not inside a group).
     CommOp = 5,

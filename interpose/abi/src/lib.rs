@@ -54,6 +54,9 @@ pub mod env {
     pub const RING_CAPACITY: &str = "FREERIDE_RING_CAPACITY";
     /// `0` disables the GPU-side communication timing (driver events + poller thread).
     pub const COMM_TIMING: &str = "FREERIDE_COMM_TIMING";
+    /// `0`: stream waits on communication are recorded but not timed on the GPU (no
+    /// `wait_begin`/`wait_end`: two timing events and a wake-up fewer per such wait).
+    pub const WAIT_TIMING: &str = "FREERIDE_WAIT_TIMING";
     /// `0`: the comm poller polls on a timer instead of being woken by the driver once per event
     /// (`cuLaunchHostFunc` on a private stream), for A/B measurements.
     pub const COMM_NOTIFY: &str = "FREERIDE_COMM_NOTIFY";

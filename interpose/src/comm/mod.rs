@@ -59,7 +59,7 @@ pub use driver::{driver, Driver};
 use freeride_abi::event::{op_key, Untimed};
 use freeride_abi::{Api, Kind};
 use poller::{locked_poll, Lock, POLLING};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
 pub const GROUP_STREAMS: usize = 8;
 
@@ -119,6 +119,22 @@ pub fn untimed_op(api: Api, gpu: i32, stream: u64, op: u32, group: u32, why: Unt
         0,
         [0, 0, op as u64 | (group as u64) << 32],
     );
+}
+
+/// 0 not read, 1 on, 2 off (`FREERIDE_WAIT_TIMING=0`).
+static WAIT_TIMING: AtomicU8 = AtomicU8::new(0);
+
+/// Whether stream waits on communication are timed (read once per process: a slow path once).
+pub fn wait_timing_on() -> bool {
+    match WAIT_TIMING.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            let off = std::env::var(freeride_abi::env::WAIT_TIMING).is_ok_and(|v| v == "0");
+            WAIT_TIMING.store(if off { 2 } else { 1 }, Ordering::Relaxed);
+            !off
+        }
+    }
 }
 
 /// Hook path, before a stream wait that is worth timing is queued: a pair whose begin event is

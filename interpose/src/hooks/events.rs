@@ -2,7 +2,7 @@
 //! after the real call succeeded, with the host time before it ([`Kind::EventRecord`],
 //! [`Kind::StreamWait`]). A wait for an event whose latest record followed a communication op on
 //! another stream is timed on the GPU ([`comm::begin_wait`]: where the waiting stream reached the
-//! wait, where it was released).
+//! wait, where it was released), unless `FREERIDE_WAIT_TIMING=0`.
 
 use super::*;
 use crate::waits;
@@ -44,7 +44,7 @@ fn stream_wait(api: Api, stream: P, event: P, flags: u32, call: impl FnOnce() ->
     let t = now_ns();
     let (s, e) = (stream as u64, event as u64);
     let key = waits::last_record(e).map_or(0, |(rs, k)| if rs != s { k } else { 0 });
-    let (wait, timing) = if key != 0 {
+    let (wait, timing) = if key != 0 && comm::wait_timing_on() {
         let w = comm::next_wait();
         (w, Some(comm::begin_wait(s)))
     } else {

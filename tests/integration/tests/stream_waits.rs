@@ -11,20 +11,21 @@ use std::collections::{HashMap, HashSet};
 const ROUNDS: usize = 4;
 
 fn run() -> Vec<Value> {
+    run_with(&[])
+}
+
+fn run_with(extra: &[(&str, &str)]) -> Vec<Value> {
     let bin = freeride_tests::cprog("stream_waits", &["-lcudart", "-lnccl"]);
     let bed = Bed::new("stream-waits");
     let trace = bed.root.join("trace.jsonl");
+    let mut env = vec![
+        ("FREERIDE_SIM_DEVICES", "4"),
+        ("CUDA_VISIBLE_DEVICES", "3,1"),
+        ("FREERIDE_TRACE", trace.to_str().unwrap()),
+    ];
+    env.extend_from_slice(extra);
     let out = bed
-        .cmd(
-            &bin,
-            "trainer",
-            &[&ROUNDS.to_string()],
-            &[
-                ("FREERIDE_SIM_DEVICES", "4"),
-                ("CUDA_VISIBLE_DEVICES", "3,1"),
-                ("FREERIDE_TRACE", trace.to_str().unwrap()),
-            ],
-        )
+        .cmd(&bin, "trainer", &[&ROUNDS.to_string()], &env)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -158,4 +159,31 @@ fn records_name_the_physical_gpu_and_waits_follow_their_records() {
         assert!(tb <= te, "wait {id}: released before reached");
         assert!(b["queued_ns"].as_u64().unwrap() <= te);
     }
+}
+
+/// `FREERIDE_WAIT_TIMING=0`: the waits are recorded (with the op they follow), none is timed.
+#[test]
+fn waits_are_untimed_when_wait_timing_is_off() {
+    let ev = run_with(&[("FREERIDE_WAIT_TIMING", "0")]);
+    let waits: Vec<&Value> = ev
+        .iter()
+        .filter(|e| e["kind"] == "stream_wait" && e["in_comm"] == false)
+        .collect();
+    assert_eq!(waits.len(), 4 * ROUNDS);
+    assert_eq!(
+        waits.iter().filter(|w| w["op_key"] != 0).count(),
+        2 * ROUNDS
+    );
+    assert!(waits.iter().all(|w| w["wait"] == 0), "{waits:?}");
+    for k in ["wait_begin", "wait_end", "wait_untimed"] {
+        assert!(
+            ev.iter().all(|e| e["kind"] != k),
+            "a {k} without wait timing"
+        );
+    }
+    // The comm ops are still timed.
+    assert_eq!(
+        ev.iter().filter(|e| e["kind"] == "comm_end").count(),
+        2 * ROUNDS
+    );
 }
