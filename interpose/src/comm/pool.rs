@@ -6,8 +6,8 @@
 //!
 //! Hook path: the pool of the context the stream's work runs in (`cuStreamGetCtx`: a process that
 //! drives several GPUs from one thread queues on streams of contexts that are not current) is
-//! found by comparing its handle with at most [`POOLS`] slots; a pair is claimed with a CAS; the events are recorded with the real driver.
-//! No lock, no allocation, no system call of ours. Work that cannot be timed is told why
+//! found by comparing its handle with at most [`POOLS`] slots; a pair is claimed with a CAS; the
+//! events are recorded with the real driver. No lock, no allocation, no system call of ours. Work that cannot be timed is told why
 //! ([`Untimed`]), so that the caller says so at once ([`super::untimed_op`]).
 use super::anchor::Anchor;
 use super::driver::{Driver, CU_EVENT_BLOCKING_SYNC, DRIVER};

@@ -7,6 +7,8 @@ use freeride_tests::gatebed::Bed;
 use freeride_tests::gpu;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::OnceLock;
 
 const ROUNDS: usize = 4;
 
@@ -15,7 +17,9 @@ fn run() -> Vec<Value> {
 }
 
 fn run_with(extra: &[(&str, &str)]) -> Vec<Value> {
-    let bin = freeride_tests::cprog("stream_waits", &["-lcudart", "-lnccl"]);
+    // Compiled once per test binary (its tests run in parallel).
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    let bin = BIN.get_or_init(|| freeride_tests::cprog("stream_waits", &["-lcudart", "-lnccl"]));
     let bed = Bed::new("stream-waits");
     let trace = bed.root.join("trace.jsonl");
     let mut env = vec![
@@ -25,7 +29,7 @@ fn run_with(extra: &[(&str, &str)]) -> Vec<Value> {
     ];
     env.extend_from_slice(extra);
     let out = bed
-        .cmd(&bin, "trainer", &[&ROUNDS.to_string()], &env)
+        .cmd(bin, "trainer", &[&ROUNDS.to_string()], &env)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
