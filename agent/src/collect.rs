@@ -5,7 +5,7 @@
 //! is drained and then closed. A ring that cannot be opened (not yet initialized, another layout
 //! version, not ours) is retried at the next scan and reported once. A staging ring (see
 //! [`session`]) whose process is gone is removed.
-use crate::inference::obs::{CommKind, GpuId, SyncOn};
+use crate::inference::obs::{gpu_of_record, CommKind, GpuId, SyncOn};
 use crate::inference::{CommSig, Ns, Obs};
 use crate::memview::MemView;
 use freeride_abi::event::{Decoded, Event, Kind};
@@ -195,7 +195,7 @@ impl Collector {
                 // until records come again.
                 out.push(TrainerObs {
                     pid: p.view.pid,
-                    gpu: GpuId::from_record(p.view.device),
+                    gpu: gpu_of_record(p.view.device),
                     obs: Obs::Lost { t: now },
                 });
             }
@@ -431,7 +431,7 @@ fn translate(p: &mut Proc, d: &Decoded, now: Ns, out: &mut Vec<TrainerObs>) {
     if p.view.role != Some(Role::Trainer) {
         return;
     }
-    let gpu = GpuId::from_record(d.device).or(GpuId::from_record(p.view.device));
+    let gpu = gpu_of_record(d.device).or(gpu_of_record(p.view.device));
     let mut push = |obs| {
         out.push(TrainerObs {
             pid: p.view.pid,
@@ -504,6 +504,41 @@ fn translate(p: &mut Proc, d: &Decoded, now: Ns, out: &mut Vec<TrainerObs>) {
                 on,
             },
             None => return,
+        },
+        // NCCL's own event records and waits (inside its calls) order its internal streams.
+        Event::EventRecord {
+            event,
+            in_comm: false,
+            ..
+        } => Obs::EventRecord {
+            t: d.t_ns,
+            event,
+            stream: d.stream,
+        },
+        Event::StreamWait {
+            event,
+            wait,
+            in_comm: false,
+            ..
+        } => Obs::StreamWait {
+            t: d.t_ns,
+            stream: d.stream,
+            event,
+            wait: wait as u64,
+        },
+        Event::WaitBegin { wait, .. } => Obs::WaitReached {
+            wait: wait as u64,
+            t: d.t_ns,
+            seen: now,
+        },
+        Event::WaitEnd { wait, .. } => Obs::WaitReleased {
+            wait: wait as u64,
+            t: d.t_ns,
+            seen: now,
+        },
+        // An op that will not be timed; an untimed wait is released by its op's end instead.
+        Event::CommUntimed { op, group, .. } => Obs::CommUntimed {
+            id: timed_key(p, op, group, d.stream),
         },
         Event::Dropped { count } if count > 0 => Obs::Lost { t: d.t_ns },
         Event::ProcessExit { .. } => Obs::Exit { t: d.t_ns },

@@ -7,6 +7,7 @@
 //! closed by the trainer's next launch.
 use crate::grant_log::GrantLog;
 use crate::inference::gpus::Gpus;
+use crate::inference::obs::gpu_of_record;
 use crate::inference::{GpuId, Ns, OpenBubble};
 use crate::sidetasks::{self, SideTaskInfo};
 use freeride_abi::grant_shm::{GrantFields, GrantWriter};
@@ -155,7 +156,7 @@ pub fn decide_all(policy: &GrantPolicy, gpus: &Gpus, now: Ns) -> Vec<(GpuId, Opt
         .collect()
 }
 
-/// One grant block per GPU with a trainer, in the session directory (named by [`GpuId::index`]).
+/// One grant block per GPU with a trainer, in the session directory (named by the GPU's bus id).
 pub struct Grants {
     dir: PathBuf,
     policy: GrantPolicy,
@@ -206,7 +207,7 @@ impl Grants {
     /// The side tasks' memory budget on GPU `device` now (`None`: no budget, or no trainer seen).
     pub fn mem_budget_of(&self, device: i32) -> Option<u64> {
         self.policy.gpu_mem_bytes?;
-        let mem = self.trainer_mem.get(&GpuId::from_record(device)?)?;
+        let mem = self.trainer_mem.get(&gpu_of_record(device)?)?;
         Some(self.policy.mem_budget(*mem))
     }
 
@@ -229,9 +230,12 @@ impl Grants {
         trainer_mem: u64,
         side_ring_mem: &[(u32, u64)],
     ) {
+        if !gpu.is_known() {
+            return;
+        }
         self.trainer_mem.insert(gpu, trainer_mem);
         if !self.writers.contains_key(&gpu) {
-            match GrantWriter::create(&self.dir, gpu.index()) {
+            match GrantWriter::create(&self.dir, gpu) {
                 Ok(w) => {
                     self.writers.insert(gpu, (w, Published::default()));
                 }
@@ -249,7 +253,7 @@ impl Grants {
         let (w, current) = self.writers.get_mut(&gpu).expect("inserted above");
         let tasks = self
             .tasks
-            .get(&(gpu.index() as i32))
+            .get(&gpu.field())
             .map(Vec::as_slice)
             .unwrap_or(&[]);
         let until = if self.policy.open_ended {

@@ -140,7 +140,7 @@ impl Node {
             for (gpu, grant) in decide_all(grants.policy(), &self.gpus, now) {
                 let trainers: Vec<u32> = self.gpus.on(gpu).map(|(p, _, _)| p).collect();
                 // Memory on this GPU, whatever GPU each process mostly uses.
-                let ordinal = gpu.index() as i32;
+                let ordinal = gpu.field();
                 let mem = procs
                     .iter()
                     .filter(|p| trainers.contains(&p.pid))

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 pub fn bubble_line(b: &BubbleRecord) -> String {
     let x = &b.bubble;
     json!({
-        "pid": b.pid, "device": b.gpu.index(), "start_ns": x.start, "end_ns": x.end,
+        "pid": b.pid, "device": b.gpu.0, "start_ns": x.start, "end_ns": x.end,
         "opened_seen_ns": x.opened_seen, "closed_seen_ns": x.closed_seen,
         "predicted_end_ns": x.predicted_end, "confidence": x.confidence,
         "cut_by_exit": x.cut_by_exit,

@@ -46,7 +46,7 @@ pub fn main(a: ReportArgs) -> i32 {
         None => vec![],
     };
     // Rows: one per trainer, by device.
-    let mut pids: Vec<(u32, u32)> = bubbles.iter().map(|b| (b.gpu.index(), b.pid)).collect();
+    let mut pids: Vec<(u32, u32)> = bubbles.iter().map(|b| (b.gpu.0, b.pid)).collect();
     pids.sort_unstable();
     pids.dedup();
     let pids: Vec<u32> = pids.into_iter().map(|(_, p)| p).collect();

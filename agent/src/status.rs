@@ -17,7 +17,7 @@ pub fn to_json(now_ns: u64, agent_pid: u32, gpus: &[GpuState], procs: &[ProcessV
         "t_ns": now_ns,
         "agent_pid": agent_pid,
         "gpus": gpus.iter().map(|g| json!({
-            "device": g.gpu.index(),
+            "device": g.gpu.field(), "bus_id": g.gpu.to_string(),
             "trainers": g.trainers,
             "bubble_open": g.open.is_some(),
             "bubble_started_ns": g.open.map(|o| o.start),

@@ -133,8 +133,9 @@ impl Watchdog {
         if !self.evicted_pids.contains(&pid) && self.lost_pids.insert(pid) {
             self.lost += 1;
             self.log.push(format!(
-                "side task pid {pid} (GPU {device}) died without exiting (crashed or killed); \
-                 dropped from scheduling"
+                "side task pid {pid} (GPU {}) died without exiting (crashed or killed); \
+                 dropped from scheduling",
+                freeride_abi::GpuId::from_field(device)
             ));
         }
         let _ = std::fs::remove_file(self.dir.join(format!("sidetask-{pid}.json")));
@@ -338,14 +339,16 @@ impl Watchdog {
                     self.gpu_evicted_ns.insert(device, now);
                     *self.evicted.entry(reason).or_default() += 1;
                     self.log.push(format!(
-                        "evicted side task pid {pid} (GPU {device}): {why}; SIGKILL sent"
+                        "evicted side task pid {pid} (GPU {}): {why}; SIGKILL sent",
+                        freeride_abi::GpuId::from_field(device)
                     ));
                 }
                 Err(evict::Refused::Gone) => {}
                 Err(e) => {
                     // Not ours to kill: stop acting on it (one message).
                     self.log.push(format!(
-                        "side task pid {pid} (GPU {device}) is {why}, but {e}"
+                        "side task pid {pid} (GPU {}) is {why}, but {e}",
+                        freeride_abi::GpuId::from_field(device)
                     ));
                     w.given_up = true;
                     self.evicted_pids.insert(pid);

@@ -7,6 +7,9 @@
 //! * [`trace`]: `FREERIDE_TRACE` JSON-lines writer thread ([`trace_exit`]: the lines of a process that
 //!   never initializes).
 //! * [`session_check`]: the one line about an unusable session directory.
+//! * [`gpus`]: the process's GPUs by identity (device ordinal -> PCI bus id, once per device).
+//! * [`waits`]: which stream waits for what (per stream its last comm op, per event its latest
+//!   record), for the stream-wait and event-record hooks.
 //! * [`gate`]: the side-task gate: launches held to their GPU's grant, memory to its budget.
 //! * [`memtable`]: the fixed lock-free table the memory hooks and the gate keep allocations in.
 //!
@@ -17,9 +20,11 @@
 pub mod comm;
 pub mod dl;
 pub mod gate;
+pub mod gpus;
 pub mod hooks;
 pub mod memtable;
 pub mod rt;
 pub mod session_check;
 pub mod trace;
 pub mod trace_exit;
+pub mod waits;

@@ -25,7 +25,8 @@ static SHM_REPORTED_DROPS: AtomicU64 = AtomicU64::new(0);
 static PID: AtomicU32 = AtomicU32::new(0);
 /// The pid of the process whose thread last began [`init`].
 static INIT_PID: AtomicU32 = AtomicU32::new(0);
-static PROC_DEVICE: AtomicI32 = AtomicI32::new(-1);
+/// The GPU ([`freeride_abi::GpuId`] field) of the first device this process was seen on (-1).
+static PROC_GPU: AtomicI32 = AtomicI32::new(-1);
 static HANDLERS_REGISTERED: AtomicBool = AtomicBool::new(false);
 
 /// Per-thread state. Const-initialized `Cell`s without destructors: no lazy TLS allocation.
@@ -36,6 +37,9 @@ pub struct Thread {
     pub tid: Cell<u32>,
     /// CUDA device of this thread's current context: -2 not queried, -1 unknown.
     pub dev: Cell<i32>,
+    /// Its GPU ([`freeride_abi::GpuId`] as a record's field; meaningful while `dev >= 0`): what
+    /// every record of this thread names.
+    pub gpu: Cell<i32>,
     /// Launches until the next device query when unknown.
     pub dev_retry: Cell<u32>,
     pub group_depth: Cell<u32>,
@@ -58,6 +62,7 @@ thread_local! {
             busy: Cell::new(false),
             tid: Cell::new(0),
             dev: Cell::new(-2),
+            gpu: Cell::new(-1),
             dev_retry: Cell::new(0),
             group_depth: Cell::new(0),
             group_id: Cell::new(0),
@@ -135,6 +140,11 @@ fn active_slow(s: u8) -> bool {
     }
 }
 
+/// Whether this process records now (no initialization: for slow paths that may run early).
+pub fn active_now() -> bool {
+    matches!(STATE.load(Ordering::Acquire), TRAINER | SIDETASK)
+}
+
 pub fn is_sidetask() -> bool {
     STATE.load(Ordering::Relaxed) == SIDETASK
 }
@@ -200,7 +210,7 @@ fn report_drops(v: RingView, d: u64) {
             t_ns: now_ns(),
             kind: Kind::Dropped as u8,
             p0: d - prev,
-            device: PROC_DEVICE.load(Ordering::Relaxed),
+            device: PROC_GPU.load(Ordering::Relaxed),
             ..Default::default()
         };
         v.push(&r);
@@ -238,22 +248,48 @@ pub fn device(t: &Thread) -> i32 {
     query_device(t)
 }
 
+/// The GPU of the calling thread's current context, as a record's `device` field (-1 unknown):
+/// the thread's cached value ([`Thread::gpu`]), resolved with its device.
+#[inline(always)]
+pub fn gpu(t: &Thread) -> i32 {
+    if t.dev.get() >= 0 {
+        return t.gpu.get();
+    }
+    if device(t) >= 0 {
+        t.gpu.get()
+    } else {
+        -1
+    }
+}
+
 #[cold]
 #[inline(never)]
 fn query_device(t: &Thread) -> i32 {
     let d = comm::driver().map(|drv| drv.ctx_device()).unwrap_or(-1);
+    // A driver that knows the ordinal names its GPU (`cuDeviceGetPCIBusId` needs no context):
+    // one that cannot leaves the thread's records on an unknown GPU.
+    let g = crate::gpus::of_ordinal(d);
+    t.gpu.set(g.field());
     t.dev.set(d);
     t.dev_retry.set(64);
-    if d >= 0 {
-        let _ = PROC_DEVICE.compare_exchange(-1, d, Ordering::Relaxed, Ordering::Relaxed);
+    if d >= 0 && g.is_known() {
+        let _ = PROC_GPU.compare_exchange(-1, g.field(), Ordering::Relaxed, Ordering::Relaxed);
         if let Some(v) = shm_view() {
-            let _ = v
-                .header()
-                .device
-                .compare_exchange(-1, d, Ordering::Relaxed, Ordering::Relaxed);
+            let _ = v.header().device.compare_exchange(
+                -1,
+                g.field(),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
         }
     }
     d
+}
+
+/// The GPU of device ordinal `ordinal` of this process, as a record's `device` field (-1
+/// unknown). Resolved through the driver the first time ([`crate::gpus`]).
+pub fn gpu_of(ordinal: i32) -> i32 {
+    crate::gpus::of_ordinal(ordinal).field()
 }
 
 /// Forget the thread's device (the context changed).
@@ -275,7 +311,23 @@ pub fn record(kind: Kind, api: Api, t_ns: u64, stream: u64, aux: u32, flags: u8,
     with_thread(|t| record_on(t, kind, api, t_ns, stream, aux, flags, p));
 }
 
-/// [`record`] with the thread's state in hand: the one push of every record kind.
+/// [`record`] of a record about GPU `device` (a [`freeride_abi::GpuId`] field), not the calling
+/// thread's (a comm op on a communicator of another GPU than the current context's).
+#[allow(clippy::too_many_arguments)]
+pub fn record_on_gpu(
+    kind: Kind,
+    api: Api,
+    t_ns: u64,
+    device: i32,
+    stream: u64,
+    aux: u32,
+    flags: u8,
+    p: [u64; 3],
+) {
+    with_thread(|t| push_on(t, kind, api, t_ns, device, stream, aux, flags, p));
+}
+
+/// [`record`] with the thread's state in hand.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn record_on(
@@ -288,12 +340,29 @@ fn record_on(
     flags: u8,
     p: [u64; 3],
 ) {
+    push_on(t, kind, api, t_ns, gpu(t), stream, aux, flags, p);
+}
+
+/// The one push of every record kind a hook makes.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn push_on(
+    t: &Thread,
+    kind: Kind,
+    api: Api,
+    t_ns: u64,
+    device: i32,
+    stream: u64,
+    aux: u32,
+    flags: u8,
+    p: [u64; 3],
+) {
     push(&Record {
         t_ns,
         kind: kind as u8,
         flags,
         api: api as u16,
-        device: device(t),
+        device,
         tid: tid(t),
         aux,
         stream,
@@ -319,6 +388,17 @@ impl Drop for NcclScope {
 pub fn nccl_scope() -> NcclScope {
     with_thread(|t| t.in_nccl.set(t.in_nccl.get() + 1));
     NcclScope(())
+}
+
+/// [`freeride_abi::event::LAUNCH_FLAG_COMM`] while the calling thread is inside a hooked NCCL
+/// call, else 0.
+#[inline(always)]
+pub fn comm_flag() -> u8 {
+    if with_thread(|t| t.in_nccl.get() > 0).unwrap_or(false) {
+        freeride_abi::event::LAUNCH_FLAG_COMM
+    } else {
+        0
+    }
 }
 
 /// Records a kernel launch (hook path): one thread-local access, the clock, one push.
@@ -578,7 +658,12 @@ fn register_handlers() {
 extern "C" fn atfork_child() {
     SHM_BASE.store(std::ptr::null_mut(), Ordering::Release);
     SHM_CAP.store(0, Ordering::Relaxed);
-    PROC_DEVICE.store(-1, Ordering::Relaxed);
+    PROC_GPU.store(-1, Ordering::Relaxed);
+    crate::gpus::reset_after_fork();
+    // The forking thread (the child's only one) asks for its GPU again: the child's ring gets
+    // its own DeviceInfo before a record names it.
+    invalidate_device();
+    crate::waits::reset_after_fork();
     trace::reset_after_fork();
     comm::reset_after_fork();
     clock::reset_after_fork();
@@ -607,7 +692,7 @@ extern "C" fn at_exit() {
             t_ns: now_ns(),
             kind: Kind::ProcessExit as u8,
             api: Api::None as u16,
-            device: PROC_DEVICE.load(Ordering::Relaxed),
+            device: PROC_GPU.load(Ordering::Relaxed),
             tid: tid(t),
             aux: inflight_max.min(u32::MAX as u64) as u32,
             p0: dropped,

@@ -82,10 +82,23 @@ fn reader_sees_every_launch_of_a_preloaded_process() {
     let info = r.info();
     assert!(info.exited);
     assert_eq!(info.role, Some(freeride_abi::Role::Sidetask));
-    assert_eq!(info.device, 0);
+    // The fake driver's device 0 is at bus 0x20: the ring names the GPU by its bus id.
+    assert_eq!(
+        freeride_abi::GpuId::from_field(info.device),
+        freeride_abi::GpuId::parse("0000:20:00.0").unwrap()
+    );
     let mut out = vec![];
     let stats = r.poll(1 << 20, &mut out);
     assert_eq!(stats.invalid + stats.skipped, 0);
+    // One DeviceInfo for the one GPU, before any record names it.
+    let infos: Vec<_> = out.iter().filter(|e| e.kind == Kind::DeviceInfo).collect();
+    assert_eq!(infos.len(), 1, "one DeviceInfo per GPU");
+    assert!(matches!(
+        infos[0].event,
+        Event::DeviceInfo { ordinal: 0, .. }
+    ));
+    let first_named = out.iter().position(|e| e.device != -1).unwrap();
+    assert_eq!(out[first_named].kind, Kind::DeviceInfo);
     let launches = out
         .iter()
         .filter(|e| e.kind == Kind::Launch && e.api == Api::CudaLaunchKernelStub)

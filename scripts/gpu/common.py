@@ -3,8 +3,9 @@ statistics, and a Python writer/reader of freeride's per-GPU grant block.
 
 No torch here: everything in this module works on a machine without a GPU.
 
-Grant block layout (interpose/abi/src/grant.rs, little-endian, 4096-byte file `grant-gpu<N>`):
-  0 magic u64 "FRGRANT\\x01" | 8 version u32 = 1 | 12 device u32 | 16 agent_pid u32 | 20 state u32
+Grant block layout (interpose/abi/src/grant.rs, little-endian, 4096-byte file `grant-<bus id>`,
+e.g. `grant-0000:19:00.0`: named by the physical GPU, interpose/abi/src/gpu.rs):
+  0 magic u64 "FRGRANT\\x01" | 8 version u32 = 2 | 12 device u32 (packed bus id) | 16 agent_pid u32 | 20 state u32
   64 epoch u64 (seqlock: odd while being written) | 72 open_until_ns | 80 budget_ns
   88 mem_budget_bytes | 96 heartbeat_ns   (all CLOCK_MONOTONIC ns)
 """
@@ -165,6 +166,34 @@ Q_MAGIC, Q_EPOCH, Q_UNTIL, Q_BUDGET, Q_MEM, Q_HEARTBEAT = 0, 8, 9, 10, 11, 12
 I_VERSION, I_DEVICE, I_PID, I_STATE = 2, 3, 4, 5
 
 
+def pack_bus_id(bus_id):
+    """A PCI bus id (`0000:19:00.0`, or nvidia-smi's `00000000:19:00.0`) packed as freeride's
+    GpuId (interpose/abi/src/gpu.rs): domain << 16 | bus << 8 | device << 3 | function."""
+    dom, bus, rest = bus_id.strip().split(":")
+    dev, fn = rest.split(".")
+    d = int(dom, 16)
+    d = (d ^ (d >> 16)) & 0xFFFF
+    return d << 16 | int(bus, 16) << 8 | (int(dev, 16) & 0x1F) << 3 | (int(fn, 16) & 7)
+
+
+def bus_id_text(gpu):
+    """The packed GpuId as the grant file names it (`0000:19:00.0`)."""
+    return "%04x:%02x:%02x.%x" % (gpu >> 16, (gpu >> 8) & 0xFF, (gpu >> 3) & 0x1F, gpu & 7)
+
+
+def gpu_of_ordinal(ordinal=0):
+    """The packed GpuId of CUDA device `ordinal` (nvidia-smi's index: the GPU check's machine has
+    one GPU, so CUDA's order and nvidia-smi's agree)."""
+    out = subprocess.run(["nvidia-smi", "--query-gpu=pci.bus_id", "--format=csv,noheader", "-i", str(ordinal)],
+                         capture_output=True, text=True, check=True).stdout
+    return pack_bus_id(out.strip().splitlines()[0])
+
+
+def grant_path_of(session_dir, ordinal=0):
+    """`<session>/grant-<bus id>` of CUDA device `ordinal`."""
+    return os.path.join(session_dir, "grant-" + bus_id_text(gpu_of_ordinal(ordinal)))
+
+
 class GrantWriter:
     """The agent's side of the grant block's seqlock, from Python (an agent stand-in).
 
@@ -173,14 +202,15 @@ class GrantWriter:
     """
 
     def __init__(self, path, device=0, create=True):
+        """`path`: the block's file (`grant_path_of`); `device`: the GPU's packed GpuId."""
         self.path = path
         if create or not os.path.exists(path):
             d = os.path.dirname(path) or "."
-            tmp = os.path.join(d, ".grant-gpu%d.tmp-py-%d" % (device, os.getpid()))
+            tmp = os.path.join(d, ".grant.tmp-py-%d" % os.getpid())
             with open(tmp, "wb") as f:
                 f.write(b"\0" * GRANT_SIZE)
             self._map(tmp)
-            self.i[I_VERSION] = 1
+            self.i[I_VERSION] = 2
             self.i[I_DEVICE] = device
             self.i[I_PID] = os.getpid()
             self.i[I_STATE] = 0

@@ -13,7 +13,7 @@ trainer`, i.e. observed, so the comparison isolates the side task's effect):
                  gate independently of the agent's inference;
   ungated        trainer + agent + the same side task without freeride (naive co-location).
 For each: trainer iteration/busy/gap times (p50/p90), side-task steps/s and TFLOP/s inside the
-trainer's measurement window, grants seen (a sampler of grant-gpu0), the gate's own counters
+trainer's measurement window, grants seen (a sampler of GPU 0's grant block), the gate's own counters
 (FREERIDE_GATE_VERBOSE=1 line), and the agent's status (bubbles found).
 
 The SDK side task (target/release/examples/train_loop) is not part of this: its kernels are the
@@ -101,14 +101,14 @@ class Runner:
         wd = os.path.join(a.workdir, name)
         os.makedirs(wd, exist_ok=True)
         sess = common.make_session_dir(os.path.join(a.session_root, name))
-        grant_path = os.path.join(sess, "grant-gpu0")
+        grant_path = common.grant_path_of(sess, 0)
         res = {"kind": kind, "errors": []}
         uses_agent = kind in ("alone", "gated_agent", "ungated")
         has_trainer = kind != "side_alone"
         gated = kind in ("gated_agent", "gated_standin")
         n_side = 0 if kind == "alone" else a.sidetasks
         res["agent"] = ("freeride agent" if uses_agent else
-                        "python stand-in (trainer writes grant-gpu0)" if kind == "gated_standin" else "none")
+                        "python stand-in (trainer writes GPU 0's grant block)" if kind == "gated_standin" else "none")
         agent = None
         sides = []
         monitor = None
@@ -217,7 +217,8 @@ class Runner:
             # The measurement is over; let the gated side task finish its step and exit cleanly
             # (its gate counters are printed at exit): keep an open grant while it winds down.
             try:
-                drain = common.GrantWriter(grant_path, device=0, create=not os.path.exists(grant_path))
+                drain = common.GrantWriter(grant_path, device=common.gpu_of_ordinal(0),
+                                           create=not os.path.exists(grant_path))
             except Exception as e:
                 res["errors"].append("drain grant: %r" % (e,))
         end = time.monotonic() + 15

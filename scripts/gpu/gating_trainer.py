@@ -143,7 +143,7 @@ def main():
 
     grant = None
     if args.standin_grant:
-        grant = common.GrantWriter(args.standin_grant, device=0, create=True)
+        grant = common.GrantWriter(args.standin_grant, device=common.gpu_of_ordinal(0), create=True)
         res["agent"] = "python stand-in in the trainer (grant opened in each exchange)"
     guard_ns = int(args.guard_us * 1000)
 

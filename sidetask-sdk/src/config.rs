@@ -13,7 +13,7 @@ use std::path::PathBuf;
 pub const ENV_DEVICE: &str = "FREERIDE_SIDETASK_DEVICE";
 pub const ENV_STANDALONE: &str = "FREERIDE_SIDETASK_STANDALONE";
 
-/// What to do while there is no live agent (no valid `grant-gpu<N>`, or its agent died).
+/// What to do while there is no live agent (no valid `grant-<bus id>`, or its agent died).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum NoAgent {
@@ -29,7 +29,7 @@ pub enum NoAgent {
 pub struct TaskConfig {
     /// Shown by `freeride status` and in summaries.
     pub name: String,
-    /// The CUDA device (ordinal as this process sees it) and the grant block read (`grant-gpu<N>`).
+    /// The CUDA device (ordinal as this process sees it) and the grant block read (`grant-<bus id>`).
     pub device: u32,
     /// The session directory; `None`: `FREERIDE_DIR`, else `/dev/shm/freeride-<uid>`.
     pub session_dir: Option<PathBuf>,

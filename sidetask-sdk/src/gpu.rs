@@ -80,6 +80,47 @@ pub fn driver_present() -> bool {
     unsafe { sys::is_culib_present() }
 }
 
+/// The physical GPU of device ordinal `device` of this process, whose grant block the task reads:
+/// its PCI bus id from the driver (`cuDeviceGetPCIBusId`), if the process has a driver loaded
+/// and initialized (never loads or initializes one itself); `None` otherwise.
+pub fn named_gpu(device: u32) -> Option<freeride_abi::GpuId> {
+    type GetBusId = unsafe extern "C" fn(*mut std::ffi::c_char, i32, i32) -> i32;
+    type DeviceGet = unsafe extern "C" fn(*mut i32, i32) -> i32;
+    // SAFETY: dlopen with RTLD_NOLOAD only returns a library already loaded (never loads one).
+    let h = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    if h.is_null() {
+        return None;
+    }
+    // SAFETY: live handle, NUL-terminated names.
+    let (get, bus) = unsafe {
+        (
+            libc::dlsym(h, c"cuDeviceGet".as_ptr()),
+            libc::dlsym(h, c"cuDeviceGetPCIBusId".as_ptr()),
+        )
+    };
+    let named = (!get.is_null() && !bus.is_null()).then(|| {
+        // SAFETY: the driver's cuDeviceGet and cuDeviceGetPCIBusId, of these C signatures.
+        let (get, bus) = unsafe {
+            (
+                std::mem::transmute::<*mut std::ffi::c_void, DeviceGet>(get),
+                std::mem::transmute::<*mut std::ffi::c_void, GetBusId>(bus),
+            )
+        };
+        let mut dev = 0i32;
+        let mut buf = [0 as std::ffi::c_char; 32];
+        // SAFETY: out-pointers we own; the driver writes at most `len` bytes (NUL included).
+        let ok = unsafe {
+            get(&mut dev, device as i32) == 0 && bus(buf.as_mut_ptr(), buf.len() as i32, dev) == 0
+        };
+        let bytes: Vec<u8> = buf.iter().map(|&c| c as u8).collect();
+        ok.then(|| freeride_abi::GpuId::parse_bytes(&bytes))
+            .flatten()
+    });
+    // SAFETY: the handle from our dlopen above (the library stays loaded: someone else holds it).
+    unsafe { libc::dlclose(h) };
+    named.flatten()
+}
+
 impl Gpu {
     /// Initializes the driver, retains `device`'s primary context and creates the task's stream.
     pub fn open(device: u32) -> Result<Gpu> {

@@ -1,4 +1,8 @@
-//! Reading the agent's grant for one GPU (`grant-gpu<N>` in the session directory).
+//! Reading the agent's grant for one GPU (`grant-<bus id>` in the session directory: the block of
+//! the physical GPU, whatever ordinal this process has for it). The GPU is named by the driver
+//! once the task's process has it loaded and initialized ([`crate::gpu::named_gpu`]); until then
+//! (and in a process that never loads one: a task without GPU work) the block read is that of
+//! [`freeride_abi::GpuId::unnamed`], and the name is asked for again at every check.
 //!
 //! The file is mapped read-only and re-checked about once a second: a missing file is looked for
 //! again, a replaced file (new inode) is re-mapped, and an agent whose pid is gone counts as no
@@ -26,6 +30,10 @@ pub enum GrantRead {
 }
 
 pub struct GrantWatch {
+    dir: PathBuf,
+    device: u32,
+    /// The driver named the GPU (`path` is final).
+    named: bool,
     path: PathBuf,
     map: Option<GrantMap>,
     next_check_ns: u64,
@@ -33,13 +41,29 @@ pub struct GrantWatch {
 }
 
 impl GrantWatch {
+    /// The grant of device ordinal `device` of this process.
     pub fn new(session_dir: &Path, device: u32) -> Self {
+        let unnamed = freeride_abi::GpuId::unnamed(device);
         GrantWatch {
-            path: session_dir.join(freeride_abi::session::grant_file_name(device)),
+            dir: session_dir.to_path_buf(),
+            device,
+            named: false,
+            path: session_dir.join(freeride_abi::session::grant_file_name(unnamed)),
             map: None,
             next_check_ns: 0,
             agent_alive: true,
         }
+    }
+
+    /// The GPU as the records' `device` field (-1: the driver has not named it yet).
+    pub fn gpu_field(&self) -> i64 {
+        if !self.named {
+            return -1;
+        }
+        self.path
+            .file_name()
+            .and_then(|n| freeride_abi::session::parse_grant_file_name(&n.to_string_lossy()))
+            .map_or(-1, |g| g.field() as i64)
     }
 
     pub fn path(&self) -> &Path {
@@ -48,6 +72,12 @@ impl GrantWatch {
 
     fn recheck(&mut self, now: u64) {
         self.next_check_ns = now + RECHECK_NS;
+        if !self.named {
+            if let Some(g) = crate::gpu::named_gpu(self.device) {
+                self.named = true;
+                self.path = self.dir.join(freeride_abi::session::grant_file_name(g));
+            }
+        }
         let current = file_id(&self.path);
         let mapped = self.map.as_ref().map(|m| m.id());
         if current != mapped {

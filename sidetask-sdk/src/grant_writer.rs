@@ -12,7 +12,7 @@ mod tests {
         let dir = crate::testutil::temp_dir("gw");
         let mut w = GrantWatch::new(&dir, 2);
         assert_eq!(w.read(), GrantRead::NoAgent);
-        let g = GrantWriter::create(&dir, 2).unwrap();
+        let g = GrantWriter::create(&dir, freeride_abi::GpuId::unnamed(2)).unwrap();
         let mut w = GrantWatch::new(&dir, 2);
         match w.read() {
             GrantRead::Grant(s) => assert!(!s.open),
@@ -37,7 +37,7 @@ mod tests {
     #[test]
     fn a_live_agents_block_of_another_version_reads_as_that_version() {
         let dir = crate::testutil::temp_dir("gw-version");
-        let g = GrantWriter::create(&dir, 0).unwrap();
+        let g = GrantWriter::create(&dir, freeride_abi::GpuId::unnamed(0)).unwrap();
         g.open_for(50_000_000, 0, 0);
         let other = freeride_abi::grant::GRANT_LAYOUT_VERSION + 1;
         freeride_abi::grant_shm::GrantMap::open(g.path(), true)
@@ -56,7 +56,7 @@ mod tests {
     #[test]
     fn a_removed_block_reads_as_no_agent() {
         let dir = crate::testutil::temp_dir("gw-removed");
-        let g = GrantWriter::create(&dir, 1).unwrap();
+        let g = GrantWriter::create(&dir, freeride_abi::GpuId::unnamed(1)).unwrap();
         g.open_for(60_000_000_000, 1_000_000, 0);
         let mut w = GrantWatch::new(&dir, 1);
         assert!(matches!(w.read(), GrantRead::Grant(s) if s.open));

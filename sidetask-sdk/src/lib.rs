@@ -15,7 +15,7 @@
 //! * C ABI ([`ffi`], `include/freeride_sidetask.h`, `libfreeride_sidetask.so`) and a Python
 //!   package (`python/freeride/`: `import freeride`).
 //!
-//! Files: reads `<session>/grant-gpu<device>` (mapped read-only; written by the agent), writes
+//! Files: reads `<session>/grant-<bus id>` (mapped read-only; written by the agent), writes
 //! `<session>/sidetask-<pid>.json` (status). `<session>` is `session_dir`, else `FREERIDE_DIR`,
 //! else `/dev/shm/freeride-<uid>`.
 //!

@@ -166,7 +166,8 @@ impl Pacer {
             pid: std::process::id(),
             task: cfg.name.clone(),
             mode,
-            device: cfg.device,
+            device: -1,
+            ordinal: cfg.device,
             priority: cfg.priority,
             state: State::Submitted.name(),
             started_ns: now,
@@ -259,7 +260,9 @@ impl Pacer {
 
     pub fn availability(&mut self) -> Availability {
         let standalone = self.cfg.no_agent == NoAgent::Standalone;
-        match self.grant.read() {
+        let read = self.grant.read();
+        self.rec.device = self.grant.gpu_field();
+        match read {
             GrantRead::NoAgent if standalone => Availability::Open(Window::unbounded()),
             GrantRead::NoAgent => Availability::NoAgent,
             GrantRead::Busy => Availability::Closed,

@@ -1,2 +1,2 @@
-//! The mapped `grant-gpu<N>` file: defined once, in freeride-abi.
+//! The mapped `grant-<bus id>` file: defined once, in freeride-abi.
 pub(crate) use freeride_abi::grant_shm::GrantMap;

@@ -3,10 +3,14 @@
 //! every `status_interval_ms` except at life-cycle transitions, which are always written.
 //!
 //! ```json
-//! {"pid":123,"task":"pagerank","mode":"iterative","device":0,"state":"running","steps":40,"partial_steps":3,
+//! {"pid":123,"task":"pagerank","mode":"iterative","device":4096,"ordinal":0,"state":"running","steps":40,"partial_steps":3,
 //!  "gpu_busy_ns":81234000,"last_step_ns":2010000,"step_estimate_ns":2600000,"priority":0,"mem_held_bytes":0,
 //!  "overruns":0,"started_ns":...,"updated_ns":...}
 //! ```
+//!
+//! `device` is the task's GPU as the interposer's records name it (the packed PCI bus id,
+//! `freeride_abi::GpuId`; -1 until the driver has named it), `ordinal` its device ordinal in the
+//! task's process.
 use freeride_abi::now_ns;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -19,7 +23,9 @@ pub struct StatusRecord {
     pub pid: u32,
     pub task: String,
     pub mode: &'static str,
-    pub device: u32,
+    /// The GPU ([`freeride_abi::GpuId`] as the records' `device` field; -1 not named yet).
+    pub device: i64,
+    pub ordinal: u32,
     pub state: &'static str,
     pub steps: u64,
     /// Of which partial (the task scaled its work to the grant's end).

@@ -18,7 +18,7 @@ fn sleep_ns(ns: u64) {
 fn steps_run_only_in_grants_that_fit() {
     let _hang = hang_guard("steps_run_only_in_grants_that_fit", Duration::from_secs(60));
     let dir = temp_dir("gate");
-    let writer = GrantWriter::create(&dir, 0).unwrap();
+    let writer = GrantWriter::create(&dir, freeride_abi::GpuId::unnamed(0)).unwrap();
     let mut cfg = config(&dir, NoAgent::Wait);
     cfg.probe_min_grant_ns = 4 * MS;
     // A step sleeps 1 ms: its learned estimate is >= 1.2 ms.
@@ -135,7 +135,7 @@ fn steps_run_only_in_grants_that_fit() {
 #[test]
 fn stale_heartbeat_or_dead_block_reads_closed() {
     let dir = temp_dir("stale");
-    let writer = GrantWriter::create(&dir, 1).unwrap();
+    let writer = GrantWriter::create(&dir, freeride_abi::GpuId::unnamed(1)).unwrap();
     let mut cfg = config(&dir, NoAgent::Standalone);
     cfg.device = 1;
     cfg.heartbeat_stale_ms = 20;
@@ -157,7 +157,7 @@ fn stale_heartbeat_or_dead_block_reads_closed() {
 #[test]
 fn a_grant_block_of_another_version_holds_even_a_standalone_task() {
     let dir = temp_dir("version");
-    let writer = GrantWriter::create(&dir, 0).unwrap();
+    let writer = GrantWriter::create(&dir, freeride_abi::GpuId::unnamed(0)).unwrap();
     let mut p =
         freeride_sidetask::pacer::Pacer::new(config(&dir, NoAgent::Standalone), "iterative")
             .unwrap();
@@ -189,7 +189,7 @@ fn grants_for_more_important_tasks_are_closed_to_less_important_ones() {
     );
     use freeride_sidetask::grant_writer::GrantFields;
     let dir = temp_dir("prio");
-    let writer = GrantWriter::create(&dir, 0).unwrap();
+    let writer = GrantWriter::create(&dir, freeride_abi::GpuId::unnamed(0)).unwrap();
     let mut cfg = config(&dir, NoAgent::Wait);
     cfg.priority = 2;
     cfg.probe_min_grant_ns = MS;
@@ -238,7 +238,7 @@ fn a_task_that_scales_its_work_takes_part_of_a_step_at_a_grants_end() {
         Duration::from_secs(60),
     );
     let dir = temp_dir("partial");
-    let writer = GrantWriter::create(&dir, 0).unwrap();
+    let writer = GrantWriter::create(&dir, freeride_abi::GpuId::unnamed(0)).unwrap();
     let mut cfg = config(&dir, NoAgent::Wait);
     cfg.probe_min_grant_ns = 4 * MS;
     // Steps of 2 ms (estimate about 2.4 ms); grants of 7 ms: two full steps, then about half a
@@ -298,7 +298,7 @@ fn an_estimate_inflated_by_a_slow_spell_comes_down_through_partial_steps() {
         Duration::from_secs(60),
     );
     let dir = temp_dir("recover");
-    let writer = GrantWriter::create(&dir, 0).unwrap();
+    let writer = GrantWriter::create(&dir, freeride_abi::GpuId::unnamed(0)).unwrap();
     let mut cfg = config(&dir, NoAgent::Wait);
     cfg.probe_min_grant_ns = 4 * MS;
     cfg.window = 8;
@@ -392,7 +392,7 @@ fn a_slow_spell_that_holds_a_task_out_of_every_grant_is_relaxed_away() {
         Duration::from_secs(60),
     );
     let dir = temp_dir("relax");
-    let writer = GrantWriter::create(&dir, 0).unwrap();
+    let writer = GrantWriter::create(&dir, freeride_abi::GpuId::unnamed(0)).unwrap();
     let mut cfg = config(&dir, NoAgent::Wait);
     cfg.probe_min_grant_ns = 4 * MS;
     cfg.window = 8;
@@ -455,7 +455,7 @@ fn a_task_slower_than_every_grant_stays_held() {
         Duration::from_secs(60),
     );
     let dir = temp_dir("held");
-    let writer = GrantWriter::create(&dir, 0).unwrap();
+    let writer = GrantWriter::create(&dir, freeride_abi::GpuId::unnamed(0)).unwrap();
     let mut cfg = config(&dir, NoAgent::Wait);
     cfg.probe_min_grant_ns = 4 * MS;
     cfg.window = 8;
@@ -497,7 +497,7 @@ fn the_c_abi_offers_part_of_a_step_where_a_whole_one_no_longer_fits() {
     use freeride_sidetask::ffi::*;
     use std::ffi::{CStr, CString};
     let dir = temp_dir("ffi-partial");
-    let writer = GrantWriter::create(&dir, 0).unwrap();
+    let writer = GrantWriter::create(&dir, freeride_abi::GpuId::unnamed(0)).unwrap();
     let cfg = CString::new(format!(
         "{{\"name\":\"ffi-partial\",\"session_dir\":\"{}\",\"no_agent\":\"wait\",\
          \"probe_min_grant_ns\":4000000,\"handle_sigterm\":false,\"status_interval_ms\":0,\

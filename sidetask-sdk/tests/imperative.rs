@@ -9,7 +9,7 @@ use std::time::Duration;
 #[test]
 fn imperative_reports_paused_running_and_finished() {
     let dir = temp_dir("imp");
-    let writer = GrantWriter::create(&dir, 0).unwrap();
+    let writer = GrantWriter::create(&dir, freeride_abi::GpuId::unnamed(0)).unwrap();
     let mut cfg = config(&dir, NoAgent::Wait);
     cfg.status_interval_ms = 5;
     let seen: Arc<Mutex<Vec<(State, State)>>> = Arc::default();

@@ -76,8 +76,11 @@ CUresult cuCtxPushCurrent_v2(void *c) { (void)c; return 0; }
 CUresult cuCtxPopCurrent_v2(void **c) { if (c) *c = (void *)0x1234; return 0; }
 CUresult cuCtxGetDevice(int *d) { const char *e = getenv("FAKE_DEVICE"); *d = e ? atoi(e) : 0; return 0; }
 CUresult cuCtxSynchronize(void) { return 0; }
+/* Device d is at PCI bus 0x20 + d (FAKE_DEVICE names the ordinal a context is on). */
+CUresult cuDeviceGetPCIBusId(char *b, int len, int d) { snprintf(b, (size_t)len, "0000:%02x:00.0", 0x20 + d); return 0; }
 CUresult cuStreamSynchronize(void *s) { (void)s; return 0; }
-CUresult cuStreamIsCapturing(void *s, int *st) { (void)s; *st = 0; return 0; }
+/* FAKE_CAPTURING=1: every stream is being captured into a graph. */
+CUresult cuStreamIsCapturing(void *s, int *st) { (void)s; *st = getenv("FAKE_CAPTURING") ? 1 : 0; return 0; }
 
 typedef struct { uint64_t t; } Ev;
 CUresult cuEventCreate(void **e, unsigned flags) { (void)flags; *e = calloc(1, sizeof(Ev)); return 0; }

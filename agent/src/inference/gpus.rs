@@ -54,7 +54,7 @@ impl Gpus {
             _ => {
                 let g = gpu
                     .or_else(|| self.last_gpu.get(&pid).copied())
-                    .unwrap_or_default();
+                    .unwrap_or(GpuId::UNKNOWN);
                 self.last_gpu.insert(pid, g);
                 Some((pid, g))
             }

@@ -7,11 +7,12 @@
 //! and `seen`, when the agent learnt of them. Within one process the observations arrive in the order
 //! the interposer pushed them (host calls in call order, GPU-side ones when its poller saw them).
 //!
-//! What today's rings carry: `Launch` (with its stream), `CommIssue` (stream, communicator, peer,
-//! bytes), `CommBegin`/`CommEnd`, `Sync`, `Lost` (the ring's report of dropped records), `Exit`. `EventRecord`, `StreamWait`, `WaitReached`/
-//! `WaitReleased` and `CommUntimed` arrive with the interposer's stream-wait hooks (issue 14's
-//! producer side); until then the inference assumes what PyTorch's ProcessGroupNCCL does (see
-//! `super::timeline`). A timeline that has seen one `EventRecord` or `StreamWait` trusts them from then
+//! The collector (`crate::collect`) translates the rings' records (layout 2) into these: every
+//! record names its GPU by bus id; `EventRecord`/`StreamWait` come from the stream-wait hooks,
+//! `WaitReached`/`WaitReleased` from the interposer's timing of a wait on an event recorded after
+//! communication, `CommUntimed` for an op it cannot time (graph capture, no timing pool). A ring
+//! without them (wait timing off, an older producer) is read as PyTorch's ProcessGroupNCCL does
+//! its work (see `super::timeline`). A timeline that has seen one `EventRecord` or `StreamWait` trusts them from then
 //! on: compute is then tied to communication only by the waits it observed.
 
 /// Nanoseconds of CLOCK_MONOTONIC.
@@ -20,34 +21,12 @@ pub type Ns = u64;
 /// A stream handle as the process passed it (0: the legacy default stream).
 pub type StreamId = u64;
 
-/// A physical GPU. The packed PCI bus id (`domain << 16 | bus << 8 | device << 3 | function`, from
-/// `cuDeviceGetPCIBusId`) once the interposer records it; until then (today's rings) the device
-/// ordinal of the process's context, which is *not* an identity under per-rank
-/// `CUDA_VISIBLE_DEVICES`. Grant blocks are named by [`GpuId::index`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct GpuId(pub u32);
+/// A physical GPU: its packed PCI bus id, as the records name it (`freeride_abi::gpu`).
+pub use freeride_abi::GpuId;
 
-impl GpuId {
-    /// The packed PCI bus id of `domain:bus:device.function`.
-    pub fn from_pci(domain: u32, bus: u32, device: u32, function: u32) -> GpuId {
-        GpuId((domain & 0xffff) << 16 | (bus & 0xff) << 8 | (device & 0x1f) << 3 | (function & 7))
-    }
-
-    /// What a ring record's `device` field holds (negative: unknown).
-    pub fn from_record(device: i32) -> Option<GpuId> {
-        (device >= 0).then_some(GpuId(device as u32))
-    }
-
-    /// The number the GPU's grant block is named by.
-    pub fn index(self) -> u32 {
-        self.0
-    }
-}
-
-impl std::fmt::Display for GpuId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)
-    }
+/// The GPU a ring record's `device` field names, if it names one.
+pub fn gpu_of_record(device: i32) -> Option<GpuId> {
+    Some(GpuId::from_field(device)).filter(|g| g.is_known())
 }
 
 /// What a communication op does.
@@ -256,10 +235,11 @@ mod tests {
     }
 
     #[test]
-    fn pci_bus_ids_pack() {
-        assert_eq!(GpuId::from_pci(0, 0x3b, 0, 0).0, 0x3b00);
-        assert_eq!(GpuId::from_pci(1, 0x3b, 2, 1).0, 0x1_3b11);
-        assert_eq!(GpuId::from_record(-1), None);
-        assert_eq!(GpuId::from_record(3), Some(GpuId(3)));
+    fn a_record_names_its_gpu_or_none() {
+        assert_eq!(
+            gpu_of_record(GpuId::new(0, 0x3b, 0, 0).field()),
+            Some(GpuId(0x3b00))
+        );
+        assert_eq!(gpu_of_record(-1), None);
     }
 }

@@ -10,6 +10,14 @@
 //! | 2 | `tid` (u32) \| `aux` (u32) << 32 |
 //! | 3 | `stream` (the `CUstream`/`cudaStream_t` handle value; 0 = legacy default stream) |
 //! | 4..=6 | `p0`, `p1`, `p2`: kind-specific, see [`Kind`] |
+//!
+//! `device` is the physical GPU ([`crate::gpu::GpuId`]: the packed PCI bus id; -1 unknown), the
+//! same in every process whatever its ordinals are (ring layout version 2; version 1 carried the
+//! process's device ordinal there).
+//!
+//! An *op key* names one communication op's GPU work, as [`Kind::CommBegin`] and the other
+//! timing records do ([`op_key`]): `op` for an op outside a group, `group << 32` for a group's
+//! work (timed per stream at `ncclGroupEnd`). 0 is none.
 
 /// What happened. Payload fields per kind (see [`Record`] for the words):
 #[repr(u8)]
@@ -27,7 +35,8 @@ pub enum Kind {
     Launch = 3,
     /// Graph launch. `p0` = graph exec handle.
     GraphLaunch = 4,
-    /// NCCL operation (send, recv, collective). `flags` = ncclDataType_t, `aux` = peer (i32; root
+    /// NCCL operation (send, recv, collective; `device` = its communicator's GPU). `flags` =
+    /// ncclDataType_t, `aux` = peer (i32; root
     /// for broadcast, -1 for other collectives), `p0` = bytes, `p1` = communicator handle,
     /// `p2` = op id \| group id << 32 (group 0 = not inside a group).
     CommOp = 5,
@@ -62,6 +71,41 @@ pub enum Kind {
     /// `cuMemUnmap`: `p0` = bytes, `p1` = virtual address (every mapping in the range goes, with
     /// its reference), `aux` = result.
     MemUnmap = 14,
+    /// A GPU this process uses, once per device and process, before any other record names it
+    /// (the first time the process's thread, a memory record or the comm timing resolves it):
+    /// `device` = its [`crate::gpu::GpuId`], `aux` = the device ordinal (i32) as this process
+    /// sees it, `p0`, `p1` = its UUID (bytes 0..8 and 8..16, little-endian; all zeros: the
+    /// driver gave none), `p2` = 0.
+    DeviceInfo = 15,
+    /// An event recorded (`cuEventRecord(WithFlags)(_ptsz)`, `cudaEventRecord(WithFlags)(_ptsz)`):
+    /// `stream` = the stream it was recorded on, `p0` = the event handle, `p1` = the op key of the
+    /// last communication op queued on that stream before this record (0: none seen), `aux` =
+    /// the record flags (0 for the calls without), `flags` bit 0 ([`LAUNCH_FLAG_COMM`]): inside a
+    /// hooked NCCL call (NCCL's own).
+    EventRecord = 16,
+    /// A stream made to wait for an event (`cuStreamWaitEvent(_ptsz)`,
+    /// `cudaStreamWaitEvent(_ptsz)`): `stream` = the waiting stream, `p0` = the event handle,
+    /// `p1` = the op key of the last communication op queued on the stream the event was last
+    /// recorded on, before that record (0: none, or the record was not seen), `p2` = the wait id
+    /// (low 32 bits; 0: untimed), `aux` = the wait flags, `flags` bit 0: inside a hooked NCCL
+    /// call. A wait id != 0 is followed by [`Kind::WaitBegin`] and [`Kind::WaitEnd`], or by
+    /// [`Kind::WaitUntimed`].
+    StreamWait = 17,
+    /// GPU-side time at which the waiting stream of a timed [`Kind::StreamWait`] reached the wait
+    /// (everything queued on it before the wait had run). `stream` = the waiting stream, `api` =
+    /// the wait's API, `p0` = host time the wait was queued, `p1` = uncertainty (ns, as
+    /// [`Kind::CommBegin`]), `p2` = the wait id.
+    WaitBegin = 18,
+    /// GPU-side time at which the wait released the waiting stream; fields as [`Kind::WaitBegin`].
+    WaitEnd = 19,
+    /// A communication op (or a group's work on one stream) that will never be timed: no
+    /// [`Kind::CommBegin`]/[`Kind::CommEnd`] follows. `stream` = its stream, `api` = the op's API
+    /// (`ncclGroupEnd` for a group), `p2` = op id \| group id << 32 (as the begin would have
+    /// had), `aux` = why ([`Untimed`]).
+    CommUntimed = 20,
+    /// A timed wait whose times will never come (the driver failed to give them): `stream` = the
+    /// waiting stream, `p2` = the wait id, `aux` = why ([`Untimed`]).
+    WaitUntimed = 21,
 }
 
 impl Kind {
@@ -81,6 +125,13 @@ impl Kind {
             12 => Kind::Dropped,
             13 => Kind::MemMap,
             14 => Kind::MemUnmap,
+            15 => Kind::DeviceInfo,
+            16 => Kind::EventRecord,
+            17 => Kind::StreamWait,
+            18 => Kind::WaitBegin,
+            19 => Kind::WaitEnd,
+            20 => Kind::CommUntimed,
+            21 => Kind::WaitUntimed,
             _ => return None,
         })
     }
@@ -101,6 +152,13 @@ impl Kind {
             Kind::Dropped => "dropped",
             Kind::MemMap => "mem_map",
             Kind::MemUnmap => "mem_unmap",
+            Kind::DeviceInfo => "device_info",
+            Kind::EventRecord => "event_record",
+            Kind::StreamWait => "stream_wait",
+            Kind::WaitBegin => "wait_begin",
+            Kind::WaitEnd => "wait_end",
+            Kind::CommUntimed => "comm_untimed",
+            Kind::WaitUntimed => "wait_untimed",
         }
     }
 }
@@ -146,6 +204,12 @@ apis! {
     CudaStreamSynchronize = 12 => "cudaStreamSynchronize",
     CudaStreamSynchronizePtsz = 13 => "cudaStreamSynchronize_ptsz",
     CudaEventSynchronize = 14 => "cudaEventSynchronize",
+    CudaStreamWaitEvent = 15 => "cudaStreamWaitEvent",
+    CudaStreamWaitEventPtsz = 16 => "cudaStreamWaitEvent_ptsz",
+    CudaEventRecord = 17 => "cudaEventRecord",
+    CudaEventRecordPtsz = 18 => "cudaEventRecord_ptsz",
+    CudaEventRecordWithFlags = 19 => "cudaEventRecordWithFlags",
+    CudaEventRecordWithFlagsPtsz = 20 => "cudaEventRecordWithFlags_ptsz",
     // Driver (libcuda), handed out by dlsym / cuGetProcAddress.
     CuLaunchKernel = 32 => "cuLaunchKernel",
     CuLaunchKernelPtsz = 33 => "cuLaunchKernel_ptsz",
@@ -194,6 +258,13 @@ apis! {
     CuDeviceGetMemPool = 74 => "cuDeviceGetMemPool",
     // Driver (continued): what `cuCtxSynchronize` is from CUDA 13.0 (it takes the context).
     CuCtxSynchronizeV2 = 75 => "cuCtxSynchronize_v2",
+    // Driver (continued): which stream waits for what.
+    CuStreamWaitEvent = 76 => "cuStreamWaitEvent",
+    CuStreamWaitEventPtsz = 77 => "cuStreamWaitEvent_ptsz",
+    CuEventRecord = 78 => "cuEventRecord",
+    CuEventRecordPtsz = 79 => "cuEventRecord_ptsz",
+    CuEventRecordWithFlags = 80 => "cuEventRecordWithFlags",
+    CuEventRecordWithFlagsPtsz = 81 => "cuEventRecordWithFlags_ptsz",
     // libc
     Dlsym = 96 => "dlsym",
 }
@@ -229,8 +300,61 @@ impl Role {
     }
 }
 
-/// `flags` bit of a [`Kind::Launch`]: the kernel was queued from inside a hooked NCCL call.
+/// `flags` bit of a [`Kind::Launch`] (and of [`Kind::EventRecord`], [`Kind::StreamWait`]): the
+/// kernel (record, wait) was queued from inside a hooked NCCL call.
 pub const LAUNCH_FLAG_COMM: u8 = 1;
+
+/// The op key of op `op` in group `group` (see the module docs): the group's when it has one.
+pub const fn op_key(op: u32, group: u32) -> u64 {
+    if group != 0 {
+        (group as u64) << 32
+    } else {
+        op as u64
+    }
+}
+
+/// Why an op or a wait is not timed (`aux` of [`Kind::CommUntimed`], [`Kind::WaitUntimed`]).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Untimed {
+    /// Queued on a stream being captured into a graph (a timing event there would be captured).
+    Capturing = 1,
+    /// In a context without a timing pool (more contexts than pools, or its pool could not be
+    /// made).
+    NoPool = 2,
+    /// The context's timing pool had no free pair.
+    PoolFull = 3,
+    /// Timing is off (`FREERIDE_COMM_TIMING=0`) or unavailable (no driver).
+    Off = 4,
+    /// The driver refused a timing event (record or query).
+    DriverError = 5,
+    /// A group's work on a stream beyond the streams a group is timed on (8).
+    TooManyStreams = 6,
+}
+
+impl Untimed {
+    pub fn from_u32(v: u32) -> Option<Untimed> {
+        Some(match v {
+            1 => Untimed::Capturing,
+            2 => Untimed::NoPool,
+            3 => Untimed::PoolFull,
+            4 => Untimed::Off,
+            5 => Untimed::DriverError,
+            6 => Untimed::TooManyStreams,
+            _ => return None,
+        })
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Untimed::Capturing => "capturing",
+            Untimed::NoPool => "no_pool",
+            Untimed::PoolFull => "pool_full",
+            Untimed::Off => "off",
+            Untimed::DriverError => "driver_error",
+            Untimed::TooManyStreams => "too_many_streams",
+        }
+    }
+}
 
 /// Number of `u64` words in a record.
 pub const RECORD_WORDS: usize = 7;
@@ -379,6 +503,48 @@ pub enum Event {
         va: u64,
         result: u32,
     },
+    DeviceInfo {
+        /// The device ordinal as the process sees it.
+        ordinal: i32,
+        /// All zeros: unknown.
+        uuid: [u8; 16],
+    },
+    EventRecord {
+        event: u64,
+        /// The last comm op queued on the stream before the record (0: none).
+        op_key: u64,
+        flags: u32,
+        in_comm: bool,
+    },
+    StreamWait {
+        event: u64,
+        /// The last comm op queued, before the event's latest record, on its stream (0: none).
+        op_key: u64,
+        /// 0: untimed.
+        wait: u32,
+        flags: u32,
+        in_comm: bool,
+    },
+    WaitBegin {
+        queued_ns: u64,
+        uncertainty_ns: u64,
+        wait: u32,
+    },
+    WaitEnd {
+        queued_ns: u64,
+        uncertainty_ns: u64,
+        wait: u32,
+    },
+    CommUntimed {
+        op: u32,
+        group: u32,
+        /// [`Untimed`] (a value unknown to this reader: `None`).
+        why: Option<Untimed>,
+    },
+    WaitUntimed {
+        wait: u32,
+        why: Option<Untimed>,
+    },
 }
 
 /// What a successful memory event does to the device memory its process holds: the one reading
@@ -490,6 +656,47 @@ impl Decoded {
                 va: r.p1,
                 result: r.aux,
             },
+            Kind::DeviceInfo => {
+                let mut uuid = [0u8; 16];
+                uuid[..8].copy_from_slice(&r.p0.to_le_bytes());
+                uuid[8..].copy_from_slice(&r.p1.to_le_bytes());
+                Event::DeviceInfo {
+                    ordinal: r.aux as i32,
+                    uuid,
+                }
+            }
+            Kind::EventRecord => Event::EventRecord {
+                event: r.p0,
+                op_key: r.p1,
+                flags: r.aux,
+                in_comm: r.flags & LAUNCH_FLAG_COMM != 0,
+            },
+            Kind::StreamWait => Event::StreamWait {
+                event: r.p0,
+                op_key: r.p1,
+                wait: lo(r.p2),
+                flags: r.aux,
+                in_comm: r.flags & LAUNCH_FLAG_COMM != 0,
+            },
+            Kind::WaitBegin => Event::WaitBegin {
+                queued_ns: r.p0,
+                uncertainty_ns: r.p1,
+                wait: lo(r.p2),
+            },
+            Kind::WaitEnd => Event::WaitEnd {
+                queued_ns: r.p0,
+                uncertainty_ns: r.p1,
+                wait: lo(r.p2),
+            },
+            Kind::CommUntimed => Event::CommUntimed {
+                op: lo(r.p2),
+                group: hi(r.p2),
+                why: Untimed::from_u32(r.aux),
+            },
+            Kind::WaitUntimed => Event::WaitUntimed {
+                wait: lo(r.p2),
+                why: Untimed::from_u32(r.aux),
+            },
         };
         Some(Decoded {
             t_ns: r.t_ns,
@@ -504,6 +711,11 @@ impl Decoded {
 }
 
 impl Decoded {
+    /// The physical GPU this record names ([`crate::gpu::GpuId::UNKNOWN`]: none).
+    pub fn gpu(&self) -> crate::gpu::GpuId {
+        crate::gpu::GpuId::from_field(self.device)
+    }
+
     /// What this event does to the memory its process holds (`None`: nothing, or it failed).
     pub fn mem_effect(&self) -> Option<MemEffect> {
         Some(match self.event {
@@ -631,6 +843,118 @@ mod tests {
                 in_comm: true
             }
         );
+    }
+
+    /// The words of every record kind of ring layout 2, as the interposer writes them, decode to
+    /// the fields docs/events.md names.
+    #[test]
+    fn identity_wait_and_untimed_records_decode() {
+        let dec = |kind: Kind, aux: u32, flags: u8, p: [u64; 3]| {
+            let r = Record {
+                t_ns: 10,
+                kind: kind as u8,
+                flags,
+                api: Api::CuStreamWaitEvent as u16,
+                device: 0x1100,
+                tid: 1,
+                aux,
+                stream: 0x77,
+                p0: p[0],
+                p1: p[1],
+                p2: p[2],
+            };
+            assert_eq!(Record::decode(&r.encode()), r);
+            let d = Decoded::from_record(&r).unwrap();
+            assert_eq!(d.gpu(), crate::gpu::GpuId::new(0, 0x11, 0, 0));
+            assert_eq!(d.stream, 0x77);
+            d.event
+        };
+        let mut uuid = [0u8; 16];
+        uuid[0] = 0xab;
+        uuid[9] = 0xcd;
+        assert_eq!(
+            dec(
+                Kind::DeviceInfo,
+                3,
+                0,
+                [
+                    u64::from_le_bytes(uuid[..8].try_into().unwrap()),
+                    u64::from_le_bytes(uuid[8..].try_into().unwrap()),
+                    0
+                ]
+            ),
+            Event::DeviceInfo { ordinal: 3, uuid }
+        );
+        assert_eq!(
+            dec(Kind::EventRecord, 1, LAUNCH_FLAG_COMM, [0xe1, 5 << 32, 0]),
+            Event::EventRecord {
+                event: 0xe1,
+                op_key: 5 << 32,
+                flags: 1,
+                in_comm: true
+            }
+        );
+        assert_eq!(
+            dec(Kind::StreamWait, 0, 0, [0xe1, 9, 4]),
+            Event::StreamWait {
+                event: 0xe1,
+                op_key: 9,
+                wait: 4,
+                flags: 0,
+                in_comm: false
+            }
+        );
+        for k in [Kind::WaitBegin, Kind::WaitEnd] {
+            let e = dec(k, 0, 0, [100, 7, 4]);
+            let want = (100, 7, 4);
+            match e {
+                Event::WaitBegin {
+                    queued_ns,
+                    uncertainty_ns,
+                    wait,
+                }
+                | Event::WaitEnd {
+                    queued_ns,
+                    uncertainty_ns,
+                    wait,
+                } => assert_eq!((queued_ns, uncertainty_ns, wait), want),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(
+            dec(
+                Kind::CommUntimed,
+                Untimed::Capturing as u32,
+                0,
+                [0, 0, 3 | 8 << 32]
+            ),
+            Event::CommUntimed {
+                op: 3,
+                group: 8,
+                why: Some(Untimed::Capturing)
+            }
+        );
+        assert_eq!(
+            dec(Kind::WaitUntimed, 99, 0, [0, 0, 4]),
+            Event::WaitUntimed { wait: 4, why: None }
+        );
+        assert_eq!(op_key(3, 0), 3);
+        assert_eq!(op_key(3, 8), 8 << 32);
+        for w in 1..=6 {
+            let u = Untimed::from_u32(w).unwrap();
+            assert_eq!(u as u32, w);
+            assert!(!u.name().is_empty());
+        }
+        assert_eq!(Untimed::from_u32(0), None);
+        // Every kind number decodes to its own kind, and names are unique.
+        let mut names = std::collections::HashSet::new();
+        for v in 0..=255u8 {
+            if let Some(k) = Kind::from_u8(v) {
+                assert_eq!(k as u8, v);
+                assert!(names.insert(k.name()));
+            }
+        }
+        assert!(names.contains("stream_wait") && names.contains("comm_untimed"));
     }
 
     #[test]

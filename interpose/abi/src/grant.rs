@@ -1,13 +1,14 @@
 //! The per-GPU grant control block of the side-task gate and the SDK.
 //!
-//! File `grant-gpu<N>` in the session directory, [`GRANT_FILE_SIZE`] bytes, written by the agent
-//! only, read by side-task interposers on every launch:
+//! File `grant-<bus id>` in the session directory ([`crate::session::grant_file_name`]: one per
+//! physical GPU), [`GRANT_FILE_SIZE`] bytes, written by the agent only, read by side-task
+//! interposers on every launch and by the SDK:
 //!
 //! | offset | size | field |
 //! | --- | --- | --- |
 //! | 0 | 8 | `magic` = [`GRANT_MAGIC`] ("FRGRANT\x01") |
 //! | 8 | 4 | `version` = [`GRANT_LAYOUT_VERSION`] |
-//! | 12 | 4 | `device` |
+//! | 12 | 4 | `device`: the GPU's [`crate::gpu::GpuId`] (version 1: a device ordinal) |
 //! | 16 | 4 | `agent_pid` |
 //! | 20 | 4 | `state`: [`GRANT_CLOSED`] or [`GRANT_OPEN`] |
 //! | 64 | 8 | `epoch`: seqlock word, odd while the agent updates the fields below |
@@ -23,7 +24,8 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub const GRANT_MAGIC: u64 = u64::from_le_bytes(*b"FRGRANT\x01");
-pub const GRANT_LAYOUT_VERSION: u32 = 1;
+/// 2: blocks are named and keyed by the physical GPU ([`crate::gpu::GpuId`]).
+pub const GRANT_LAYOUT_VERSION: u32 = 2;
 pub const GRANT_FILE_SIZE: usize = 4096;
 pub const GRANT_CLOSED: u32 = 0;
 pub const GRANT_OPEN: u32 = 1;

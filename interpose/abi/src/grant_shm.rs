@@ -54,16 +54,19 @@ pub struct GrantFields {
 }
 
 impl GrantWriter {
-    /// Creates (or replaces, atomically) `grant-gpu<device>` in `dir`, closed, with this process
-    /// as its agent.
-    pub fn create(dir: &Path, device: u32) -> io::Result<Self> {
-        let name = crate::session::grant_file_name(device);
+    /// Creates (or replaces, atomically) GPU `gpu`'s block (`grant-<bus id>`) in `dir`, closed,
+    /// with this process as its agent.
+    pub fn create(dir: &Path, gpu: crate::gpu::GpuId) -> io::Result<Self> {
+        if !gpu.is_known() {
+            return Err(io::Error::other("no grant block for an unknown GPU"));
+        }
+        let name = crate::session::grant_file_name(gpu);
         let path = dir.join(&name);
         let tmp = create_staging(dir, &name, GRANT_FILE_SIZE)?;
         let map = GrantMap::open(&tmp, true)?;
         let b = map.block();
         b.version.store(GRANT_LAYOUT_VERSION, Ordering::Relaxed);
-        b.device.store(device, Ordering::Relaxed);
+        b.device.store(gpu.0, Ordering::Relaxed);
         b.agent_pid.store(std::process::id(), Ordering::Relaxed);
         b.state.store(GRANT_CLOSED, Ordering::Relaxed);
         b.heartbeat_ns.store(now_ns(), Ordering::Relaxed);

@@ -16,14 +16,19 @@ pub fn write_line(out: &mut String, pid: u32, r: &Record) {
     };
     let _ = write!(
         out,
-        r#"{{"t_ns":{},"pid":{},"tid":{},"kind":"{}","api":"{}","device":{}"#,
+        r#"{{"t_ns":{},"pid":{},"tid":{},"kind":"{}","api":"{}","device":"#,
         d.t_ns,
         pid,
         d.tid,
         d.kind.name(),
         d.api.name(),
-        d.device
     );
+    let gpu = d.gpu();
+    if gpu.is_known() {
+        let _ = write!(out, r#""{gpu}""#);
+    } else {
+        out.push_str("null");
+    }
     match d.event {
         Event::ProcessStart {
             role,
@@ -139,6 +144,70 @@ pub fn write_line(out: &mut String, pid: u32, r: &Record) {
         Event::MemUnmap { bytes, va, result } => {
             let _ = write!(out, r#","bytes":{bytes},"va":{va},"result":{result}"#);
         }
+        Event::DeviceInfo { ordinal, uuid } => {
+            let _ = write!(
+                out,
+                r#","ordinal":{ordinal},"uuid":"{}""#,
+                crate::gpu::uuid_text(&uuid)
+            );
+        }
+        Event::EventRecord {
+            event,
+            op_key,
+            flags,
+            in_comm,
+        } => {
+            let _ = write!(
+                out,
+                r#","stream":{},"event":{event},"op_key":{op_key},"flags":{flags},"in_comm":{in_comm}"#,
+                d.stream
+            );
+        }
+        Event::StreamWait {
+            event,
+            op_key,
+            wait,
+            flags,
+            in_comm,
+        } => {
+            let _ = write!(
+                out,
+                r#","stream":{},"event":{event},"op_key":{op_key},"wait":{wait},"flags":{flags},"in_comm":{in_comm}"#,
+                d.stream
+            );
+        }
+        Event::WaitBegin {
+            queued_ns,
+            uncertainty_ns,
+            wait,
+        }
+        | Event::WaitEnd {
+            queued_ns,
+            uncertainty_ns,
+            wait,
+        } => {
+            let _ = write!(
+                out,
+                r#","stream":{},"wait":{wait},"queued_ns":{queued_ns},"uncertainty_ns":{uncertainty_ns}"#,
+                d.stream
+            );
+        }
+        Event::CommUntimed { op, group, why } => {
+            let _ = write!(
+                out,
+                r#","stream":{},"op":{op},"group":{group},"why":"{}""#,
+                d.stream,
+                why.map_or("unknown", |w| w.name())
+            );
+        }
+        Event::WaitUntimed { wait, why } => {
+            let _ = write!(
+                out,
+                r#","stream":{},"wait":{wait},"why":"{}""#,
+                d.stream,
+                why.map_or("unknown", |w| w.name())
+            );
+        }
     }
     out.push_str("}\n");
 }
@@ -154,7 +223,7 @@ mod tests {
             t_ns: 5,
             kind: Kind::Launch as u8,
             api: Api::CudaLaunchKernelStub as u16,
-            device: 0,
+            device: 0x1100,
             tid: 3,
             stream: 77,
             p1: 1 | 2 << 32,
@@ -165,7 +234,59 @@ mod tests {
         write_line(&mut s, 11, &r);
         assert_eq!(
             s,
-            "{\"t_ns\":5,\"pid\":11,\"tid\":3,\"kind\":\"launch\",\"api\":\"__cudaLaunchKernel\",\"device\":0,\"stream\":77,\"func\":0,\"grid\":[1,2,3],\"block\":[32,1,1],\"shmem\":0,\"in_comm\":false}\n"
+            "{\"t_ns\":5,\"pid\":11,\"tid\":3,\"kind\":\"launch\",\"api\":\"__cudaLaunchKernel\",\"device\":\"0000:11:00.0\",\"stream\":77,\"func\":0,\"grid\":[1,2,3],\"block\":[32,1,1],\"shmem\":0,\"in_comm\":false}\n"
+        );
+        s.clear();
+        let w = Record {
+            kind: Kind::StreamWait as u8,
+            api: Api::CudaStreamWaitEvent as u16,
+            device: -1,
+            stream: 5,
+            p0: 9,
+            p1: 7,
+            p2: 3,
+            ..Default::default()
+        };
+        write_line(&mut s, 1, &w);
+        assert!(
+            s.contains(r#""device":null,"stream":5,"event":9,"op_key":7,"wait":3,"#),
+            "{s}"
+        );
+        s.clear();
+        let mut uuid = [0u8; 16];
+        uuid[15] = 1;
+        let info = Record {
+            kind: Kind::DeviceInfo as u8,
+            device: 0x1100,
+            aux: 2,
+            p1: u64::from_le_bytes(uuid[8..].try_into().unwrap()),
+            ..Default::default()
+        };
+        write_line(&mut s, 1, &info);
+        assert!(
+            s.ends_with(
+                r#""device":"0000:11:00.0","ordinal":2,"uuid":"GPU-00000000-0000-0000-0000-000000000001"}
+"#
+            ),
+            "{s}"
+        );
+        s.clear();
+        let untimed = Record {
+            kind: Kind::CommUntimed as u8,
+            api: Api::NcclGroupEnd as u16,
+            device: 0x1100,
+            stream: 4,
+            aux: crate::event::Untimed::PoolFull as u32,
+            p2: 6 << 32,
+            ..Default::default()
+        };
+        write_line(&mut s, 1, &untimed);
+        assert!(
+            s.ends_with(
+                r#""stream":4,"op":0,"group":6,"why":"pool_full"}
+"#
+            ),
+            "{s}"
         );
     }
 }

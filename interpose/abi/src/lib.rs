@@ -5,6 +5,7 @@
 //! * the per-process event ring: header, slot and record layout, the lock-free multi-producer push
 //!   used by the interposer and the single-consumer pop used by the agent ([`ring`]);
 //! * event kinds, the hooked API ids and their C names, and the decoded [`event::Event`] ([`event`]);
+//! * the physical GPU every record, grant and side task names, [`gpu::GpuId`] ([`gpu`]);
 //! * the JSON-lines form of an event used by `FREERIDE_TRACE` ([`json`]);
 //! * a safe reader for the agent that validates every byte it reads from shared memory ([`reader`]);
 //! * the per-GPU grant control block of the side-task gate ([`grant`]);
@@ -20,6 +21,7 @@ pub mod cpu;
 pub mod doorbell;
 pub mod event;
 pub mod futex;
+pub mod gpu;
 pub mod grant;
 pub mod grant_shm;
 pub mod json;
@@ -30,9 +32,14 @@ pub mod session;
 pub mod shm_file;
 
 pub use event::{Api, Event, Kind, Record, Role};
+pub use gpu::GpuId;
 
-/// Layout version of the ring (header + slots + record words). Bumped on any incompatible change.
-pub const RING_LAYOUT_VERSION: u32 = 1;
+/// Layout version of the ring (header + slots + record words). Bumped on any incompatible change
+/// (a reader refuses a ring of another version, naming both): 2 = the `device` of every record
+/// and of the header is the physical GPU ([`gpu::GpuId`]), no longer the process's ordinal.
+/// Kinds are only ever appended within a version; a reader skips (counts as invalid) a kind it
+/// does not know, and the agent ignores kinds it does not translate.
+pub const RING_LAYOUT_VERSION: u32 = 2;
 
 /// Environment variables read by the interposer and set by `freeride run`.
 pub mod env {
@@ -47,6 +54,9 @@ pub mod env {
     pub const RING_CAPACITY: &str = "FREERIDE_RING_CAPACITY";
     /// `0` disables the GPU-side communication timing (driver events + poller thread).
     pub const COMM_TIMING: &str = "FREERIDE_COMM_TIMING";
+    /// `0`: stream waits on communication are recorded but not timed on the GPU (no
+    /// `wait_begin`/`wait_end`: two timing events and a wake-up fewer per such wait).
+    pub const WAIT_TIMING: &str = "FREERIDE_WAIT_TIMING";
     /// `0`: the comm poller polls on a timer instead of being woken by the driver once per event
     /// (`cuLaunchHostFunc` on a private stream), for A/B measurements.
     pub const COMM_NOTIFY: &str = "FREERIDE_COMM_NOTIFY";

@@ -12,7 +12,7 @@
 //! | 24 | 4 | `pid` |
 //! | 28 | 4 | `role` ([`crate::Role`]) |
 //! | 32 | 8 | `start_ns` (CLOCK_MONOTONIC when the ring was made; instance id with `pid`) |
-//! | 40 | 4 | `device` (i32, first CUDA device seen, -1 unknown) |
+//! | 40 | 4 | `device` (i32: the [`crate::gpu::GpuId`] of the first GPU the process was seen on, -1 unknown) |
 //! | 44 | 4 | `state` ([`STATE_LIVE`], [`STATE_EXITED`]) |
 //! | 48 | 4 | `features`: bits the writer sets when it starts doing something readers can rely on ([`FEATURE_RINGS_DOORBELL`], [`FEATURE_TSC_CLOCK`]) |
 //! | 64 | 8 | `head`: producers' reservation cursor |

@@ -6,8 +6,9 @@
 //!   initializes `ring-<pid>-<start_ns>.staging` and then links it under the final name, so a
 //!   reader never sees an empty or half-written ring under a ring name. A `.staging` file whose
 //!   process is gone was left by a crash mid-creation; the agent removes it.
-//! * `grant-gpu<N>`: the per-GPU grant control block of the side-task gate (see
-//!   [`crate::grant`]).
+//! * `grant-<bus id>` (`grant-0000:11:00.0`): the per-GPU grant control block of the side-task
+//!   gate (see [`crate::grant`]), named by the physical GPU ([`crate::gpu::GpuId`]), whatever
+//!   ordinal each process has for it.
 //! * `agent.pid`: the pid of the agent that serves the directory, as information only. The claim
 //!   itself is an exclusive `flock` on the directory, held for the agent's life: exactly one agent
 //!   per directory, whatever the race (`agent/src/claim.rs`). Removed by that agent when it stops.
@@ -29,7 +30,7 @@ pub const RING_PREFIX: &str = "ring-";
 pub const RING_SUFFIX: &str = ".ring";
 /// A ring being created (see the module docs): never listed by [`list_rings`].
 pub const RING_STAGING_SUFFIX: &str = ".staging";
-pub const GRANT_PREFIX: &str = "grant-gpu";
+pub const GRANT_PREFIX: &str = "grant-";
 pub const AGENT_PID_FILE: &str = "agent.pid";
 
 /// `/dev/shm/freeride-<uid>`.
@@ -124,8 +125,14 @@ fn parse_pid_start(name: &str, suffix: &str) -> Option<(u32, u64)> {
     Some((p.parse().ok()?, t.parse().ok()?))
 }
 
-pub fn grant_file_name(device: u32) -> String {
-    format!("{GRANT_PREFIX}{device}")
+/// `grant-<bus id>` of GPU `gpu`.
+pub fn grant_file_name(gpu: crate::gpu::GpuId) -> String {
+    format!("{GRANT_PREFIX}{gpu}")
+}
+
+/// The GPU of a grant block's file name.
+pub fn parse_grant_file_name(name: &str) -> Option<crate::gpu::GpuId> {
+    crate::gpu::GpuId::parse(name.strip_prefix(GRANT_PREFIX)?)
 }
 
 /// The entries of `dir` whose names `parse` takes, with what it made of them.
@@ -218,7 +225,11 @@ mod tests {
         let n = ring_file_name(42, 7);
         assert_eq!(parse_ring_file_name(&n), Some((42, 7)));
         assert_eq!(parse_ring_file_name("ring-x-1.ring"), None);
-        assert_eq!(parse_ring_file_name("grant-gpu0"), None);
+        assert_eq!(parse_ring_file_name("grant-0000:10:00.0"), None);
+        let g = crate::gpu::GpuId::parse("0000:11:00.0").unwrap();
+        assert_eq!(grant_file_name(g), "grant-0000:11:00.0");
+        assert_eq!(parse_grant_file_name(&grant_file_name(g)), Some(g));
+        assert_eq!(parse_grant_file_name("grant-gpu0"), None);
         let st = ring_staging_name(42, 7);
         assert_eq!(parse_ring_staging_name(&st), Some((42, 7)));
         assert_eq!(

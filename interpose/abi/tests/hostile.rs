@@ -314,7 +314,7 @@ proptest! {
         len in prop_oneof![Just(GRANT_FILE_SIZE), 0usize..GRANT_FILE_SIZE, GRANT_FILE_SIZE..3 * GRANT_FILE_SIZE],
     ) {
         let d = tmpdir("hp-grant");
-        let p = d.join(freeride_abi::session::grant_file_name(0));
+        let p = d.join(freeride_abi::session::grant_file_name(freeride_abi::GpuId::unnamed(0)));
         let mut f = bytes.clone();
         f.resize(len, 0xa5);
         write_file(&p, &f, 0o600);

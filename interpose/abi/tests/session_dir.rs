@@ -197,7 +197,8 @@ fn another_user_cannot_read_rings_or_write_grants() {
     }
     let d = tmpdir("sd-other");
     let ring = valid_ring(&d);
-    let grant = freeride_abi::grant_shm::GrantWriter::create(&d, 0).unwrap();
+    let grant =
+        freeride_abi::grant_shm::GrantWriter::create(&d, freeride_abi::GpuId::unnamed(0)).unwrap();
     let gp = grant.path().to_path_buf();
     // The control: the same child can read and write a file it can reach (so a failure below is
     // the permissions, not the child).
@@ -232,13 +233,16 @@ fn another_user_cannot_read_rings_or_write_grants() {
 
 // Missing protections found while writing these tests (freeride_abi::grant_shm is owned by
 // another change): `GrantMap::open` opens without O_NOFOLLOW and checks neither owner nor mode, so
-// a planted symlink or a foreign file named `grant-gpu<N>` is mapped and believed. Un-ignore once
+// a planted symlink or a foreign file named `grant-<bus id>` is mapped and believed. Un-ignore once
 // it refuses them.
 #[test]
 fn grant_symlink_is_refused() {
     let d = tmpdir("sd-grant-link");
-    let w = freeride_abi::grant_shm::GrantWriter::create(&d, 1).unwrap();
-    let p = d.join(freeride_abi::session::grant_file_name(0));
+    let w =
+        freeride_abi::grant_shm::GrantWriter::create(&d, freeride_abi::GpuId::unnamed(1)).unwrap();
+    let p = d.join(freeride_abi::session::grant_file_name(
+        freeride_abi::GpuId::unnamed(0),
+    ));
     std::os::unix::fs::symlink(w.path(), &p).unwrap();
     assert!(
         freeride_abi::grant_shm::GrantMap::open(&p, false).is_err(),
@@ -253,7 +257,8 @@ fn grant_owned_by_another_uid_is_refused() {
         return;
     }
     let d = tmpdir("sd-grant-uid");
-    let w = freeride_abi::grant_shm::GrantWriter::create(&d, 0).unwrap();
+    let w =
+        freeride_abi::grant_shm::GrantWriter::create(&d, freeride_abi::GpuId::unnamed(0)).unwrap();
     std::os::unix::fs::chown(w.path(), Some(NOBODY), Some(NOBODY)).unwrap();
     assert!(freeride_abi::grant_shm::GrantMap::open(w.path(), false).is_err());
     std::fs::remove_dir_all(&d).unwrap();

@@ -1,7 +1,8 @@
 //! The GPU clock's anchor to the host clock (see the [`super`] docs): a reference event recorded
 //! on the poller's private idle stream, its host time window, and the host time of a completed
-//! pool event from `cuEventElapsedTime` against it.
-use super::{
+//! pool event from `cuEventElapsedTime` against it. One anchor per timing pool (per context: an
+//! elapsed time is only defined between two events of one context).
+use super::driver::{
     Driver, EventElapsed, CUDA_ERROR_NOT_READY, CUDA_SUCCESS, CU_EVENT_DEFAULT,
     CU_STREAM_NON_BLOCKING,
 };
@@ -22,12 +23,32 @@ const ELAPSED_RESOLUTION_NS: u64 = 500;
 /// anchor is wrong: use the poll midpoint and re-anchor.
 pub(super) const CAUSALITY_SLACK_NS: u64 = 2_000_000;
 
-/// The current anchor: reference event (0 = none), its host time and that time's uncertainty.
-pub(super) static ANCHOR_EV: AtomicUsize = AtomicUsize::new(0);
-static ANCHOR_HOST_NS: AtomicU64 = AtomicU64::new(0);
-static ANCHOR_UNC_NS: AtomicU64 = AtomicU64::new(0);
-/// Set when a time failed the causality check: the poller re-anchors soon.
-pub(super) static ANCHOR_STALE: AtomicBool = AtomicBool::new(false);
+/// A pool's current anchor: reference event (0 = none), its host time and that time's
+/// uncertainty; `stale` is set when a time failed the causality check (the poller re-anchors
+/// soon).
+pub(super) struct Anchor {
+    pub(super) ev: AtomicUsize,
+    host_ns: AtomicU64,
+    unc_ns: AtomicU64,
+    pub(super) stale: AtomicBool,
+}
+
+impl Anchor {
+    pub(super) const fn new() -> Anchor {
+        Anchor {
+            ev: AtomicUsize::new(0),
+            host_ns: AtomicU64::new(0),
+            unc_ns: AtomicU64::new(0),
+            stale: AtomicBool::new(false),
+        }
+    }
+
+    /// No anchor (fork child: the parent's events are not ours).
+    pub(super) fn reset(&self) {
+        self.ev.store(0, Ordering::Relaxed);
+        self.stale.store(false, Ordering::Relaxed);
+    }
+}
 /// cuEventElapsedTime as the driver hands it out for CUDA 13.0 (0 = unavailable).
 static ELAPSED_FN: AtomicUsize = AtomicUsize::new(0);
 
@@ -65,7 +86,7 @@ fn resolve_elapsed(d: &Driver) -> Option<EventElapsed> {
 }
 
 impl Clock {
-    /// Poller thread, pool context current: a private stream and reference events.
+    /// Poller thread, the pool's context current: a private stream and reference events.
     pub(super) fn new(d: &Driver) -> Option<Clock> {
         let elapsed = resolve_elapsed(d)?;
         let (Some(sc), Some(create)) = (d.stream_create, d.event_create) else {
@@ -95,7 +116,7 @@ impl Clock {
 
     /// Maps a fresh reference event to the host clock. Slow path (poller thread only): records
     /// on the idle private stream, waits for completion, keeps the tightest of a few windows.
-    pub(super) fn anchor(&mut self, d: &Driver) -> bool {
+    pub(super) fn anchor(&mut self, d: &Driver, a: &Anchor) -> bool {
         let (Some(rec), Some(query)) = (d.event_record, d.event_query) else {
             return false;
         };
@@ -143,19 +164,19 @@ impl Clock {
         let Some((ev, host, w)) = best else {
             return false;
         };
-        ANCHOR_HOST_NS.store(host, Ordering::Relaxed);
-        ANCHOR_UNC_NS.store(w.div_ceil(2), Ordering::Relaxed);
-        ANCHOR_EV.store(ev, Ordering::Relaxed);
-        ANCHOR_STALE.store(false, Ordering::Relaxed);
+        a.host_ns.store(host, Ordering::Relaxed);
+        a.unc_ns.store(w.div_ceil(2), Ordering::Relaxed);
+        a.ev.store(ev, Ordering::Relaxed);
+        a.stale.store(false, Ordering::Relaxed);
         self.set ^= 1;
         true
     }
 }
 
-/// GPU-side host time of a completed pool event: (t_ns, uncertainty_ns), or None without a
-/// usable anchor / elapsed time.
-pub(super) fn gpu_time(ev: usize) -> Option<(u64, u64)> {
-    let a = ANCHOR_EV.load(Ordering::Relaxed);
+/// GPU-side host time of a completed event of anchor `an`'s pool: (t_ns, uncertainty_ns), or None
+/// without a usable anchor / elapsed time.
+pub(super) fn gpu_time(an: &Anchor, ev: usize) -> Option<(u64, u64)> {
+    let a = an.ev.load(Ordering::Relaxed);
     let f = ELAPSED_FN.load(Ordering::Relaxed);
     if a == 0 || f == 0 {
         return None;
@@ -169,12 +190,12 @@ pub(super) fn gpu_time(ev: usize) -> Option<(u64, u64)> {
         return None;
     }
     let ms = ms as f64;
-    let t = ANCHOR_HOST_NS.load(Ordering::Relaxed) as i64 + (ms * 1e6).round() as i64;
+    let t = an.host_ns.load(Ordering::Relaxed) as i64 + (ms * 1e6).round() as i64;
     if t <= 0 {
         return None;
     }
     // Half an f32 ulp of the elapsed milliseconds, in ns.
     let quant = (ms.abs() * 1e6 * f32::EPSILON as f64 / 2.0) as u64;
-    let unc = ANCHOR_UNC_NS.load(Ordering::Relaxed) + ELAPSED_RESOLUTION_NS + quant;
+    let unc = an.unc_ns.load(Ordering::Relaxed) + ELAPSED_RESOLUTION_NS + quant;
     Some((t as u64, unc))
 }

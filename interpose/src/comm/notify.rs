@@ -22,13 +22,14 @@
 //! iteration time). A begin's host function runs while its op is still in flight, and a blocking
 //! event wait adds no work to any stream. Why a lane per user stream: work on one stream completes
 //! in order, on different streams in any order, and a lane waits for its events in the order they
-//! were queued. Beyond [`LANES`] streams, streams share lanes (a begin may then be reported late,
+//! were queued. A lane belongs to one timing pool (its private stream is of that pool's context,
+//! its waiter runs in it). Beyond [`LANES`] streams, streams of one pool share lanes (a begin may then be reported late,
 //! never lost). Why not a host function on the user's stream: the work queued after it would wait
 //! for the driver's thread.
 //!
 //! A pair without a lane (no `cuLaunchHostFunc`, a driver error, `FREERIDE_COMM_NOTIFY=0`) and a
 //! lane without a running waiter are polled at the old adaptive cadence (see [`super::poller`]).
-use super::{Driver, CUDA_SUCCESS, CU_STREAM_NON_BLOCKING};
+use super::driver::{Driver, CUDA_SUCCESS, CU_STREAM_NON_BLOCKING};
 use freeride_abi::{env, futex};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -50,8 +51,10 @@ const WAITER_RUNNING: u8 = 1;
 const WAITER_FAILED: u8 = 2;
 
 pub(super) struct Lane {
-    /// The user stream's handle + 1 (0: free).
+    /// The user stream's handle + 1, with its pool in the top byte ([`key_of`]; 0: free).
     key: AtomicU64,
+    /// Its timing pool (an index of [`super::pool::POOL`]).
+    pool: AtomicU32,
     /// The private stream (0: being created, `usize::MAX`: could not be created).
     private: AtomicUsize,
     /// The waiter's futex word, bumped by the host function after each begin.
@@ -63,6 +66,7 @@ pub(super) struct Lane {
 #[allow(clippy::declare_interior_mutable_const)]
 const LANE_INIT: Lane = Lane {
     key: AtomicU64::new(0),
+    pool: AtomicU32::new(0),
     private: AtomicUsize::new(0),
     word: AtomicU32::new(0),
     waiter: AtomicU8::new(NO_WAITER),
@@ -93,10 +97,23 @@ pub(super) fn turn_off() {
     AVAILABLE.store(2, Ordering::Release);
 }
 
-/// Hook path: the lane (+ 1) for a pair on user stream `stream` (the first op on a stream creates
-/// its lane: `cuStreamCreate`, once). None if there is none.
-pub(super) fn lane_of(d: &Driver, stream: u64) -> Option<u32> {
-    lane_for(d, stream).map(|i| i as u32 + 1)
+/// Hook path: the lane (+ 1) for a pair of pool `pool` on user stream `stream` (the first op on a
+/// stream creates its lane: `cuStreamCreate`, once, in the current context: the pool's). None if
+/// there is none.
+pub(super) fn lane_of(d: &Driver, pool: usize, stream: u64) -> Option<u32> {
+    lane_for(d, pool, stream).map(|i| i as u32 + 1)
+}
+
+/// The pool of lane `lane` (an index of the table).
+pub(super) fn pool_of(lane: usize) -> usize {
+    LANE_TABLE
+        .get(lane)
+        .map_or(0, |l| l.pool.load(Ordering::Acquire) as usize)
+}
+
+/// A lane's key: stream handles are user-space addresses (below 2^56) or small constants.
+fn key_of(pool: usize, stream: u64) -> u64 {
+    (stream.wrapping_add(1) & ((1 << 56) - 1) | (pool as u64) << 56).max(1)
 }
 
 /// Hook path: queues the begin wake-up of a pair armed on lane `lane` (+ 1), whose begin event
@@ -123,11 +140,12 @@ pub(super) fn arm(d: &Driver, lane: u32, ev_b: usize) -> bool {
 /// The lane of user stream `stream`: its own if it has one or a free one is left (created now).
 /// Else (the table is full, or another thread is still creating this stream's lane) a lane that
 /// is ready, shared. None if there is none.
-fn lane_for(d: &Driver, stream: u64) -> Option<usize> {
-    let key = stream.wrapping_add(1).max(1);
+fn lane_for(d: &Driver, pool: usize, stream: u64) -> Option<usize> {
+    let key = key_of(pool, stream);
     let ready = |i: &usize| {
-        let p = LANE_TABLE[*i].private.load(Ordering::Acquire);
-        p != 0 && p != usize::MAX
+        let l = &LANE_TABLE[*i];
+        let p = l.private.load(Ordering::Acquire);
+        p != 0 && p != usize::MAX && l.pool.load(Ordering::Acquire) as usize == pool
     };
     let own = (0..LANES)
         .find(|&i| LANE_TABLE[i].key.load(Ordering::Acquire) == key)
@@ -138,6 +156,7 @@ fn lane_for(d: &Driver, stream: u64) -> Option<usize> {
                     .compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
             })?;
+            LANE_TABLE[i].pool.store(pool as u32, Ordering::Release);
             let private = create_lane(d).unwrap_or_else(|| {
                 // The driver refuses a stream: poll instead (pairs without a lane would otherwise
                 // wait for the poller's safety net).
@@ -233,6 +252,7 @@ fn word(lane: Option<usize>) -> &'static AtomicU32 {
 pub(super) fn reset_after_fork() {
     for l in LANE_TABLE.iter() {
         l.key.store(0, Ordering::Relaxed);
+        l.pool.store(0, Ordering::Relaxed);
         l.private.store(0, Ordering::Relaxed);
         l.waiter.store(NO_WAITER, Ordering::Relaxed);
     }

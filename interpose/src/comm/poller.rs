@@ -1,15 +1,12 @@
 //! The poller thread and the lanes' waiter threads (see the [`super`] and [`notify`] docs): the
-//! anchor, one poll of the armed pairs, the doorbell, the cadence.
-use super::anchor::{
-    gpu_time, Clock, ANCHOR_EV, ANCHOR_MAX_AGE_NS, ANCHOR_RETRY_NS, ANCHOR_STALE,
-    CAUSALITY_SLACK_NS,
-};
-use super::{
-    notify, Driver, ARMED, CUDA_ERROR_NOT_READY, CUDA_SUCCESS, DRIVER, FREE, POOL, POOL_CTX,
-    POOL_DEVICE, POOL_GEN,
-};
+//! anchors (one per timing pool), one poll of the armed pairs, the doorbell, the cadence.
+use super::anchor::{gpu_time, Clock, ANCHOR_MAX_AGE_NS, ANCHOR_RETRY_NS, CAUSALITY_SLACK_NS};
+use super::driver::{Driver, CUDA_ERROR_NOT_READY, CUDA_SUCCESS, DRIVER};
+use super::notify;
+use super::pool::{self, Pair, Pool, ARMED, FREE, POOL, POOLS, POOL_GEN, WHAT_WAIT};
 use crate::rt;
 use freeride_abi::doorbell::{Doorbell, DOORBELL_FILE};
+use freeride_abi::event::Untimed;
 use freeride_abi::shm_file::file_id;
 use freeride_abi::{env, now_ns, ring::FEATURE_RINGS_DOORBELL, session, Kind, Record};
 use std::ffi::c_void;
@@ -30,8 +27,7 @@ const POLL_END_NS: u64 = 250_000;
 pub(super) static POLLING: AtomicBool = AtomicBool::new(false);
 
 fn any_armed() -> bool {
-    POOL.iter()
-        .any(|p| p.state.load(Ordering::Relaxed) == ARMED)
+    POOL.iter().filter(|p| p.ready()).any(pool::any_armed)
 }
 
 /// How often the poller looks for the doorbell while it has none, and checks that the one it has
@@ -85,12 +81,45 @@ impl Bell {
     }
 }
 
+/// The poller's per-pool clock state.
+#[derive(Default)]
+struct PoolClock {
+    clock: Option<Clock>,
+    /// A clock was tried (made once per pool: a driver that refuses it will refuse it again).
+    tried_clock: bool,
+    anchored_at: u64,
+    tried_at: u64,
+}
+
+/// Keeps pool `pool`'s anchor fresh (its context made current on the poller thread).
+fn keep_anchor(d: &Driver, pool: &Pool, c: &mut PoolClock, now: u64) {
+    let a = &pool.anchor;
+    let want = a.ev.load(Ordering::Relaxed) == 0
+        || a.stale.load(Ordering::Relaxed)
+        || (now.saturating_sub(c.anchored_at) > ANCHOR_MAX_AGE_NS && pool::any_armed(pool));
+    if !want || (c.tried_at != 0 && now.saturating_sub(c.tried_at) <= ANCHOR_RETRY_NS) {
+        return;
+    }
+    c.tried_at = now;
+    d.set_current(pool.ctx.load(Ordering::Acquire));
+    if !c.tried_clock {
+        c.tried_clock = true;
+        c.clock = Clock::new(d);
+    }
+    let Some(clock) = c.clock.as_mut() else {
+        return;
+    };
+    while POLLING.swap(true, Ordering::Acquire) {
+        std::thread::yield_now();
+    }
+    if clock.anchor(d, a) {
+        c.anchored_at = now;
+    }
+    POLLING.store(false, Ordering::Release);
+}
+
 pub(super) fn poller(gen: u32) {
     let Some(d) = DRIVER.get() else { return };
-    if let Some(set) = d.ctx_set_current {
-        // SAFETY: making the pool's context current on this (our own) thread.
-        unsafe { set(POOL_CTX.load(Ordering::Relaxed) as *mut c_void) };
-    }
     // SAFETY: prctl(PR_SET_TIMERSLACK) sets this thread's timer slack (1 ns): accurate wake-ups.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
     let fast = std::env::var(env::POLL_US)
@@ -101,29 +130,16 @@ pub(super) fn poller(gen: u32) {
     let slow = POLL_SLOW_NS.max(fast);
     let begin_max = POLL_BEGIN_MAX_NS.max(fast);
     let tid = rt::THREAD.try_with(rt::tid).unwrap_or(0);
-    let mut clock = Clock::new(d);
-    let mut anchored_at = 0u64;
-    let mut tried_at = 0u64;
+    let mut clocks: [PoolClock; POOLS] = Default::default();
     let mut last_change = now_ns();
     let mut bell = Bell::default();
     while POOL_GEN.load(Ordering::Relaxed) == gen {
         // Read before the poll: a wake-up after it makes the sleep below return at once.
         let seq = notify::seq(None);
         bell.refresh(now_ns());
-        if let Some(c) = clock.as_mut() {
-            let now = now_ns();
-            let want = ANCHOR_EV.load(Ordering::Relaxed) == 0
-                || ANCHOR_STALE.load(Ordering::Relaxed)
-                || (now.saturating_sub(anchored_at) > ANCHOR_MAX_AGE_NS && any_armed());
-            if want && (tried_at == 0 || now.saturating_sub(tried_at) > ANCHOR_RETRY_NS) {
-                tried_at = now;
-                while POLLING.swap(true, Ordering::Acquire) {
-                    std::thread::yield_now();
-                }
-                if c.anchor(d) {
-                    anchored_at = now;
-                }
-                POLLING.store(false, Ordering::Release);
+        for (p, c) in POOL.iter().zip(clocks.iter_mut()) {
+            if p.ready() {
+                keep_anchor(d, p, c, now_ns());
             }
         }
         let st = locked_poll(d, tid, Lock::Try);
@@ -164,9 +180,9 @@ fn waiter(lane: usize, gen: u32) {
         notify::waiter_gone(lane);
         return;
     };
-    if let Some(set) = d.ctx_set_current {
-        // SAFETY: making the pool's context current on this (our own) thread.
-        unsafe { set(POOL_CTX.load(Ordering::Relaxed) as *mut c_void) };
+    // The lane's pool's context (its private stream's, its events').
+    if let Some(p) = POOL.get(notify::pool_of(lane)) {
+        d.set_current(p.ctx.load(Ordering::Acquire));
     }
     // SAFETY: prctl(PR_SET_TIMERSLACK) sets this thread's timer slack (1 ns): accurate wake-ups.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
@@ -180,14 +196,14 @@ fn waiter(lane: usize, gen: u32) {
         if locked_poll(d, tid, Lock::Wait).reported {
             ring_bell();
         }
-        match oldest_armed(me) {
-            Some((i, arm)) if POOL[i].begin_done.load(Ordering::Relaxed) == 1 => {
+        match oldest_armed(me).and_then(|(i, arm)| Some((i, arm, pool::pair(i)?.1))) {
+            Some((i, arm, p)) if p.begin_done.load(Ordering::Relaxed) == 1 => {
                 if waited == Some((i, arm)) {
                     notify::sleep(Some(lane), seq, POLL_SLOW_NS);
                 } else {
                     waited = Some((i, arm));
                     // SAFETY: real cuEventSynchronize on a pool event of the pool's context.
-                    unsafe { sync(POOL[i].ev_e.load(Ordering::Relaxed) as *mut c_void) };
+                    unsafe { sync(p.ev_e.load(Ordering::Relaxed) as *mut c_void) };
                 }
             }
             _ => notify::sleep(Some(lane), seq, notify::NOTIFIED_IDLE_NS),
@@ -195,10 +211,14 @@ fn waiter(lane: usize, gen: u32) {
     }
 }
 
-/// The armed pair of lane `lane` (+ 1) armed first: (index, arming sequence number).
+/// The armed pair of lane `lane` (+ 1) armed first: (global index, arming sequence number).
 fn oldest_armed(lane: u32) -> Option<(usize, u64)> {
-    POOL.iter()
+    let k = notify::pool_of(lane as usize - 1);
+    let pool = POOL.get(k).filter(|p| p.ready())?;
+    pool.pairs
+        .iter()
         .enumerate()
+        .map(|(i, p)| (k * pool::PAIRS + i, p))
         .filter(|(_, p)| {
             p.state.load(Ordering::Acquire) == ARMED && p.lane.load(Ordering::Relaxed) == lane
         })
@@ -260,8 +280,7 @@ fn poll_once(d: &Driver, tid: u32, woken: bool) -> Polled {
     let Some(query) = d.event_query else {
         return r;
     };
-    let dev = POOL_DEVICE.load(Ordering::Relaxed) as i32;
-    for p in POOL.iter() {
+    for (pool, p) in pool::all_pairs() {
         if p.state.load(Ordering::Acquire) != ARMED {
             continue;
         }
@@ -273,31 +292,32 @@ fn poll_once(d: &Driver, tid: u32, woken: bool) -> Polled {
         let queued = p.queued.load(Ordering::Relaxed);
         // The event's time: GPU clock via the anchor, else the poll midpoint.
         let time = |ev: usize, pending: u64, floor: u64| -> (u64, u64) {
-            if let Some((t, unc)) = gpu_time(ev) {
+            if let Some((t, unc)) = gpu_time(&pool.anchor, ev) {
                 let lo = queued.saturating_sub(unc + CAUSALITY_SLACK_NS);
                 if t >= lo && t <= now + unc + CAUSALITY_SLACK_NS {
                     return (t.max(floor), unc);
                 }
-                ANCHOR_STALE.store(true, Ordering::Relaxed);
+                pool.anchor.stale.store(true, Ordering::Relaxed);
             }
             let half = now.saturating_sub(pending) / 2;
             ((pending + half).max(floor), half)
         };
-        let emit = |kind: Kind, t: u64, unc: u64| {
-            let api = p.api.load(Ordering::Relaxed);
-            rt::push(&Record {
-                t_ns: t,
-                kind: kind as u8,
-                flags: 0,
-                api: api as u16,
-                device: dev,
-                tid,
-                aux: 0,
-                stream: p.stream.load(Ordering::Relaxed),
-                p0: queued,
-                p1: unc,
-                p2: p.ids.load(Ordering::Relaxed),
-            });
+        let wait = p.what.load(Ordering::Relaxed) == WHAT_WAIT;
+        let emit = |kind: Kind, t: u64, unc: u64| push(pool, p, kind, t, tid, unc);
+        let (k_begin, k_end) = if wait {
+            (Kind::WaitBegin, Kind::WaitEnd)
+        } else {
+            (Kind::CommBegin, Kind::CommEnd)
+        };
+        // A pair given up (the driver failed to say) is reported untimed, never left pending.
+        let give_up = || {
+            let k = if wait {
+                Kind::WaitUntimed
+            } else {
+                Kind::CommUntimed
+            };
+            push(pool, p, k, now_ns(), tid, 0);
+            p.state.store(FREE, Ordering::Release);
         };
         if p.begin_done.load(Ordering::Relaxed) == 0 {
             let ev = p.ev_b.load(Ordering::Relaxed);
@@ -305,7 +325,7 @@ fn poll_once(d: &Driver, tid: u32, woken: bool) -> Polled {
             match unsafe { query(ev as *mut c_void) } {
                 CUDA_SUCCESS => {
                     let (t, unc) = time(ev, p.pending_b.load(Ordering::Relaxed), 0);
-                    emit(Kind::CommBegin, t, unc);
+                    emit(k_begin, t, unc);
                     r.changed = true;
                     r.reported = true;
                     p.begin_done.store(1, Ordering::Relaxed);
@@ -323,7 +343,8 @@ fn poll_once(d: &Driver, tid: u32, woken: bool) -> Polled {
                     continue;
                 }
                 _ => {
-                    p.state.store(FREE, Ordering::Release);
+                    give_up();
+                    r.reported = true;
                     continue;
                 }
             }
@@ -337,7 +358,7 @@ fn poll_once(d: &Driver, tid: u32, woken: bool) -> Polled {
                     p.pending_e.load(Ordering::Relaxed),
                     p.t_begin.load(Ordering::Relaxed),
                 );
-                emit(Kind::CommEnd, t, unc);
+                emit(k_end, t, unc);
                 r.changed = true;
                 r.reported = true;
                 p.state.store(FREE, Ordering::Release);
@@ -346,8 +367,35 @@ fn poll_once(d: &Driver, tid: u32, woken: bool) -> Polled {
                 r.polled_pending |= polled;
                 p.pending_e.store(now_ns(), Ordering::Relaxed)
             }
-            _ => p.state.store(FREE, Ordering::Release),
+            _ => {
+                give_up();
+                r.reported = true;
+            }
         }
     }
     r
+}
+
+/// Pushes pair `p`'s record of kind `kind` (a begin or an end at `t` with uncertainty `unc`, or
+/// the untimed record of a pair given up: [`Untimed::DriverError`]).
+fn push(pool: &Pool, p: &Pair, kind: Kind, t: u64, tid: u32, unc: u64) {
+    let untimed = matches!(kind, Kind::CommUntimed | Kind::WaitUntimed);
+    let queued = p.queued.load(Ordering::Relaxed);
+    rt::push(&Record {
+        t_ns: t,
+        kind: kind as u8,
+        flags: 0,
+        api: p.api.load(Ordering::Relaxed) as u16,
+        device: pool.gpu.load(Ordering::Relaxed),
+        tid,
+        aux: if untimed {
+            Untimed::DriverError as u32
+        } else {
+            0
+        },
+        stream: p.stream.load(Ordering::Relaxed),
+        p0: if untimed { 0 } else { queued },
+        p1: unc,
+        p2: p.ids.load(Ordering::Relaxed),
+    });
 }

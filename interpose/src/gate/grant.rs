@@ -1,5 +1,7 @@
-//! The side task's view of each GPU's grant block (`grant-gpu<N>`, written by the agent), one per
-//! device ordinal, read lock-free (the launch gate and the allocation hooks both read it; neither
+//! The side task's view of each GPU's grant block (`grant-<bus id>`, written by the agent), one per
+//! device ordinal of this process, each the block of that ordinal's physical GPU
+//! ([`crate::gpus`]: the name an agent gives it, whatever ordinal the trainers there have), read
+//! lock-free (the launch gate and the allocation hooks both read it; neither
 //! takes a lock for it).
 //!
 //! Mapped read-only on first use (slow path of a side task). A missing file, a bad block, a block
@@ -79,10 +81,14 @@ impl Now {
     }
 }
 
-fn path_of(gpu: usize) -> PathBuf {
+/// The block of device ordinal `ordinal`'s GPU (`None`: the driver cannot name it now: closed).
+fn path_of(ordinal: usize) -> Option<PathBuf> {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(freeride_abi::session::resolve_dir)
-        .join(freeride_abi::session::grant_file_name(gpu as u32))
+    let gpu = crate::gpus::of_ordinal(ordinal as i32);
+    gpu.is_known().then(|| {
+        DIR.get_or_init(freeride_abi::session::resolve_dir)
+            .join(freeride_abi::session::grant_file_name(gpu))
+    })
 }
 
 fn block(v: &View) -> Option<&'static GrantBlock> {
@@ -115,7 +121,10 @@ fn recheck(gpu: usize, now: u64) {
     {
         return;
     }
-    let path = path_of(gpu);
+    let Some(path) = path_of(gpu) else {
+        v.map.store(std::ptr::null_mut(), Ordering::Release);
+        return;
+    };
     let cur = v.map.load(Ordering::Acquire);
     match file_id(&path) {
         Some(id) => {

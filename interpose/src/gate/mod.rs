@@ -10,8 +10,12 @@
 //!
 //! # Which GPU
 //! A launch goes to the device of the calling thread's current context ([`caller_device`], as
-//! CUDA runs it); each GPU has its own grant block (`grant-gpu<N>`), its own work in flight and
-//! its own admitted GPU time, so a side task on several GPUs is held on each by that GPU's grant.
+//! CUDA runs it); each GPU has its own grant block, named by the physical GPU (`grant-<bus id>`:
+//! the gate reads the block of its device ordinal's PCI bus id, [`crate::gpus`], so a side task
+//! under other `CUDA_VISIBLE_DEVICES` than the trainer's is held by the grant of the GPU it really
+//! runs on), its own work in flight and its own admitted GPU time, so a side task on several GPUs
+//! is held on each by that GPU's grant. The gate's own tables are indexed by the process's device
+//! ordinal (a one-to-one name of the GPU within the process).
 //!
 //! # Admission
 //! On every launch (kernel, or a graph as one launch keyed by its exec handle) the gate, under a
@@ -255,9 +259,8 @@ enum Hold {
 }
 
 /// The device a side task's launch goes to (and an allocation that names none is made on): the
-/// calling thread's current context's device, as CUDA runs it (-1 unknown: counted as GPU 0's).
-/// Grants are keyed by this device ordinal; when they are keyed by the physical GPU (issue 14),
-/// this is the one function to change.
+/// calling thread's current context's device ordinal, as CUDA runs it (-1 unknown: counted as
+/// ordinal 0's). The grant read for it is its physical GPU's ([`grant::now`], by bus id).
 pub fn caller_device() -> i32 {
     rt::THREAD.try_with(rt::device).unwrap_or(-1)
 }

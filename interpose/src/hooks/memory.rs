@@ -14,7 +14,8 @@ use super::*;
 use crate::gate;
 use freeride_abi::Record;
 
-/// Records memory event `kind` of `api` on device `dev` (the caller holds the guard `g`).
+/// Records memory event `kind` of `api` on device ordinal `dev` (the caller holds the guard `g`):
+/// the record names the physical GPU of that ordinal ([`crate::gpus`]).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn mem_record(
     g: &Option<rt::Entered>,
@@ -34,7 +35,7 @@ pub(super) fn mem_record(
             t_ns: t0,
             kind: kind as u8,
             api: api as u16,
-            device: dev,
+            device: rt::gpu_of(dev),
             tid: rt::tid(t),
             aux: r as u32,
             stream: stream as u64,

@@ -180,6 +180,42 @@ pub static HOOKS: &[Hook] = &[
         true,
         cudaEventSynchronize as unsafe extern "C" fn(_) -> _
     ),
+    hook!(
+        CudaStreamWaitEvent,
+        Runtime,
+        true,
+        cudaStreamWaitEvent as unsafe extern "C" fn(_, _, _) -> _
+    ),
+    hook!(
+        CudaStreamWaitEventPtsz,
+        Runtime,
+        true,
+        cudaStreamWaitEvent_ptsz as unsafe extern "C" fn(_, _, _) -> _
+    ),
+    hook!(
+        CudaEventRecord,
+        Runtime,
+        true,
+        cudaEventRecord as unsafe extern "C" fn(_, _) -> _
+    ),
+    hook!(
+        CudaEventRecordPtsz,
+        Runtime,
+        true,
+        cudaEventRecord_ptsz as unsafe extern "C" fn(_, _) -> _
+    ),
+    hook!(
+        CudaEventRecordWithFlags,
+        Runtime,
+        true,
+        cudaEventRecordWithFlags as unsafe extern "C" fn(_, _, _) -> _
+    ),
+    hook!(
+        CudaEventRecordWithFlagsPtsz,
+        Runtime,
+        true,
+        cudaEventRecordWithFlags_ptsz as unsafe extern "C" fn(_, _, _) -> _
+    ),
     // Driver: handed out by look-ups.
     hook!(
         CuLaunchKernel,
@@ -428,6 +464,54 @@ pub static HOOKS: &[Hook] = &[
         w_cuEventSynchronize as DrvSync1,
         None,
         pk("cuEventSynchronize", None, 2000, K)
+    ),
+    hook!(
+        CuStreamWaitEvent,
+        Driver,
+        false,
+        w_cuStreamWaitEvent as DrvWait,
+        None,
+        pk("cuStreamWaitEvent", Some(false), 3020, K)
+    ),
+    hook!(
+        CuStreamWaitEventPtsz,
+        Driver,
+        false,
+        w_cuStreamWaitEvent_ptsz as DrvWait,
+        None,
+        pk("cuStreamWaitEvent", Some(true), 7000, K)
+    ),
+    hook!(
+        CuEventRecord,
+        Driver,
+        false,
+        w_cuEventRecord as DrvRecord,
+        None,
+        pk("cuEventRecord", Some(false), 2000, K)
+    ),
+    hook!(
+        CuEventRecordPtsz,
+        Driver,
+        false,
+        w_cuEventRecord_ptsz as DrvRecord,
+        None,
+        pk("cuEventRecord", Some(true), 7000, K)
+    ),
+    hook!(
+        CuEventRecordWithFlags,
+        Driver,
+        false,
+        w_cuEventRecordWithFlags as DrvRecordFlags,
+        None,
+        pk("cuEventRecordWithFlags", Some(false), 11010, K)
+    ),
+    hook!(
+        CuEventRecordWithFlagsPtsz,
+        Driver,
+        false,
+        w_cuEventRecordWithFlags_ptsz as DrvRecordFlags,
+        None,
+        pk("cuEventRecordWithFlags", Some(true), 11010, K)
     ),
     hook!(
         CuGetProcAddress,
@@ -768,6 +852,9 @@ type DrvMemUnmap = unsafe extern "C" fn(u64, usize) -> c_int;
 type DrvSync0 = unsafe extern "C" fn() -> c_int;
 type DrvSync1 = unsafe extern "C" fn(P) -> c_int;
 type DrvCtx = unsafe extern "C" fn(P) -> c_int;
+type DrvRecord = unsafe extern "C" fn(P, P) -> c_int;
+type DrvRecordFlags = unsafe extern "C" fn(P, P, u32) -> c_int;
+type DrvWait = unsafe extern "C" fn(P, P, u32) -> c_int;
 type DrvCtxPop = unsafe extern "C" fn(PP) -> c_int;
 type GetProcV1 = unsafe extern "C" fn(*const c_char, PP, c_int, u64) -> c_int;
 type GetProcV2 = unsafe extern "C" fn(*const c_char, PP, c_int, u64, *mut c_int) -> c_int;
@@ -782,6 +869,7 @@ const CUDA_ERROR_NOT_FOUND: c_int = 500;
 const NCCL_SYSTEM_ERROR: c_int = 2;
 
 mod context;
+mod events;
 mod launch;
 mod lookup;
 mod memory;
@@ -791,6 +879,7 @@ mod sync;
 mod vmm;
 
 use context::*;
+pub use events::*;
 pub use launch::*;
 use lookup::*;
 use memory::*;

@@ -4,14 +4,15 @@
 //! communicators are on before the real call ([`crate::gate::before_comm`]).
 
 use super::*;
+use freeride_abi::event::Untimed;
 
 /// `ncclCommCuDevice` of the loaded NCCL: 0 not looked up yet, 1 missing.
 static COMM_CU_DEVICE: AtomicUsize = AtomicUsize::new(0);
 
 type CommCuDevice = unsafe extern "C" fn(P, *mut c_int) -> c_int;
 
-/// The device of communicator `comm` (side tasks only: a slow path; the caller's device when
-/// NCCL cannot say).
+/// The device ordinal of communicator `comm` (`ncclCommCuDevice`: NCCL reads it from the
+/// communicator; the caller's device when NCCL cannot say).
 fn comm_device(comm: P) -> i32 {
     let mut f = COMM_CU_DEVICE.load(Ordering::Acquire);
     if f == 0 {
@@ -39,8 +40,8 @@ fn comm_device(comm: P) -> i32 {
     crate::gate::caller_device()
 }
 
-/// Host side of a comm op: records it; outside a group also starts GPU-side timing.
-/// Returns (op id, timing pair).
+/// Host side of a comm op: records it; outside a group also starts GPU-side timing (an op that
+/// cannot be timed is recorded untimed at once). Returns (op id, timing pair, host time).
 #[inline]
 fn comm_pre(
     api: Api,
@@ -59,28 +60,56 @@ fn comm_pre(
         .try_with(|th| (th.group_depth.get(), th.group_id.get()))
         .unwrap_or((0, 0));
     let group = if depth > 0 { group } else { 0 };
-    rt::record(
+    // The op's GPU is its communicator's (one thread may queue on several GPUs' communicators).
+    let gpu = rt::gpu_of(comm_device(comm_h));
+    rt::record_on_gpu(
         Kind::CommOp,
         api,
         t,
+        gpu,
         stream as u64,
         peer as u32,
         dtype as u8,
         [bytes, comm_h as u64, op as u64 | (group as u64) << 32],
     );
+    crate::waits::comm_queued(stream as u64, comm::key(op, group));
     if depth > 0 {
-        let _ = rt::THREAD.try_with(|th| {
-            let mut s = th.group_streams.get();
-            let n = th.group_nstreams.get();
-            if !s[..n].contains(&(stream as u64)) && n < s.len() {
+        let tracked = rt::THREAD
+            .try_with(|th| {
+                let mut s = th.group_streams.get();
+                let n = th.group_nstreams.get();
+                if s[..n].contains(&(stream as u64)) {
+                    return true;
+                }
+                if n == s.len() {
+                    return false;
+                }
                 s[n] = stream as u64;
                 th.group_streams.set(s);
                 th.group_nstreams.set(n + 1);
-            }
-        });
+                true
+            })
+            .unwrap_or(false);
+        if !tracked {
+            // More streams in the group than are timed: this one's work never will be.
+            comm::untimed_op(
+                Api::NcclGroupEnd,
+                gpu,
+                stream as u64,
+                0,
+                group,
+                Untimed::TooManyStreams,
+            );
+        }
         return (op, None, t);
     }
-    (op, comm::begin(stream as u64), t)
+    match comm::begin(stream as u64) {
+        Ok(i) => (op, Some(i), t),
+        Err(why) => {
+            comm::untimed_op(api, gpu, stream as u64, op, 0, why);
+            (op, None, t)
+        }
+    }
 }
 
 #[inline]
@@ -255,7 +284,10 @@ pub unsafe extern "C" fn ncclGroupEnd() -> c_int {
     let outermost = depth == 1;
     if active && outermost {
         for (p, s) in pairs.iter_mut().zip(&streams[..n]) {
-            *p = comm::begin(*s);
+            match comm::begin(*s) {
+                Ok(i) => *p = Some(i),
+                Err(why) => comm::untimed_op(api, -1, *s, 0, group, why),
+            }
         }
     }
     drop(g);

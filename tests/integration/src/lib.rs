@@ -181,3 +181,9 @@ impl std::ops::DerefMut for KillOnDrop {
         &mut self.0
     }
 }
+
+/// The stand-in driver's physical GPU `physical` by identity (its PCI bus id): the name of its
+/// grant block and the `device` of every record about it, whatever ordinal a process has for it.
+pub fn gpu(physical: i32) -> freeride_abi::GpuId {
+    freeride_abi::GpuId::parse(&simgpu::identity::pci_bus_id(physical)).expect("a bus id")
+}

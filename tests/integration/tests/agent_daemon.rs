@@ -486,7 +486,12 @@ fn a_stopped_agent_leaves_nothing_behind_and_status_shows_side_tasks() {
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    for f in ["agent.pid", "doorbell", "grant-gpu0", "grant-gpu1"] {
+    let grants = [0, 1].map(|d| freeride_abi::session::grant_file_name(freeride_tests::gpu(d)));
+    for f in ["agent.pid", "doorbell"]
+        .iter()
+        .copied()
+        .chain(grants.iter().map(String::as_str))
+    {
         assert!(made.iter().any(|m| m == f), "{f} not made: {made:?}");
     }
     // SAFETY: plain kill(2) of our child.

@@ -385,10 +385,14 @@ fn crashed_sidetasks_are_dropped_and_the_others_go_on() {
     for c in [&mut gated, &mut sdk] {
         assert!(wait_exit(c, Duration::from_secs(10)).is_some());
     }
+    // The agent names a GPU by its bus id, as the records and the SDK's status do.
+    let gpu0 = freeride_tests::gpu(0);
     for pid in [gated.id(), sdk.id()] {
         assert!(
-            agent.wait_line(Duration::from_secs(10), |l| l
-                .contains(&format!("side task pid {pid} (GPU 0) died without exiting"))),
+            agent.wait_line(Duration::from_secs(10), |l| l.contains(&format!(
+                "side task pid {pid} (GPU {}) died without exiting",
+                gpu0
+            ))),
             "no line for the crash of pid {pid}"
         );
     }
@@ -483,7 +487,10 @@ fn the_trainers_memory_on_every_path_shows_in_the_agents_view() {
         let pid = c.id() as u64;
         let want_json: Vec<Value> = want
             .iter()
-            .map(|&(d, mib)| serde_json::json!({"device": d, "bytes": mib << 20}))
+            .map(|&(d, mib)| {
+                let gpu = freeride_tests::gpu(d as i32).field();
+                serde_json::json!({"device": gpu, "bytes": mib << 20})
+            })
             .collect();
         let total: u64 = want.iter().map(|w| w.1 << 20).sum();
         let seen = bed.wait_status(Duration::from_secs(10), |v| {
@@ -574,7 +581,7 @@ fn a_grant_block_of_another_version_holds_the_sidetask_and_says_so() {
     let _s = serial();
     let bed = Bed::new("skew-grant");
     // An "agent" of another release: an open grant, fresh, in a block of layout version 2.
-    let w = GrantWriter::create(&bed.session, 0).unwrap();
+    let w = GrantWriter::create(&bed.session, freeride_tests::gpu(0)).unwrap();
     let other = freeride_abi::grant::GRANT_LAYOUT_VERSION + 1;
     GrantMap::open(w.path(), true)
         .unwrap()

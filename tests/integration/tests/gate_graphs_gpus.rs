@@ -54,7 +54,7 @@ fn grant_of(k: &Ran, grants: &[(u64, u64)]) -> Option<usize> {
 fn graph_launches_stay_inside_grants() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let bed = Bed::new("graphs");
-    let w = Arc::new(GrantWriter::create(&bed.session, 0).unwrap());
+    let w = Arc::new(GrantWriter::create(&bed.session, freeride_tests::gpu(0)).unwrap());
     let _hb = heart(&w);
     let (child, _out) = start(&bed, gate_side(), &["graph", "500", "4"]);
     let pid = child.id();
@@ -105,7 +105,7 @@ fn a_two_gpu_sidetask_is_held_on_each_gpu_by_that_gpus_grant() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let bed = Bed::new("two-gpus");
     let w: Vec<Arc<GrantWriter>> = (0..2)
-        .map(|d| Arc::new(GrantWriter::create(&bed.session, d).unwrap()))
+        .map(|d| Arc::new(GrantWriter::create(&bed.session, freeride_tests::gpu(d)).unwrap()))
         .collect();
     let _hb: Vec<_> = w.iter().map(heart).collect();
     let (child, _out) = start(&bed, gate_side(), &["loop2", "500"]);
@@ -160,7 +160,7 @@ fn a_two_gpu_sidetasks_collectives_wait_for_both_gpus_grants() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let bed = Bed::new("two-gpu-nccl");
     let w: Vec<Arc<GrantWriter>> = (0..2)
-        .map(|d| Arc::new(GrantWriter::create(&bed.session, d).unwrap()))
+        .map(|d| Arc::new(GrantWriter::create(&bed.session, freeride_tests::gpu(d)).unwrap()))
         .collect();
     let _hb: Vec<_> = w.iter().map(heart).collect();
     // 1.25 M floats: an all-reduce of ~500 µs on the test bed.

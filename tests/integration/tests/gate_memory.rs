@@ -96,7 +96,7 @@ fn the_budget_is_per_gpu_and_host_memory_is_no_gpus() {
 fn a_pytorch_shaped_sidetask_with_expandable_segments_stays_within_its_budget() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let bed = Bed::new("mem-expandable");
-    let w = Arc::new(GrantWriter::create(&bed.session, 0).unwrap());
+    let w = Arc::new(GrantWriter::create(&bed.session, freeride_tests::gpu(0)).unwrap());
     let _hb = heart(&w);
     w.publish(GrantFields {
         mem_budget_bytes: 200 << 20,

@@ -51,7 +51,7 @@ fn start(
 fn never_yielding_sidetask_runs_only_inside_grants() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let bed = Bed::new("never-yields");
-    let w = Arc::new(GrantWriter::create(&bed.session, 0).unwrap());
+    let w = Arc::new(GrantWriter::create(&bed.session, freeride_tests::gpu(0)).unwrap());
     let _hb = heart(&w);
     let (child, _out) = start_loop(&bed, &[]);
     let pid = child.id();
@@ -102,7 +102,7 @@ fn never_yielding_sidetask_runs_only_inside_grants() {
 fn grant_closed_early_drains_within_bound() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let bed = Bed::new("closed-early");
-    let w = Arc::new(GrantWriter::create(&bed.session, 0).unwrap());
+    let w = Arc::new(GrantWriter::create(&bed.session, freeride_tests::gpu(0)).unwrap());
     let _hb = heart(&w);
     let (child, _out) = start_loop(&bed, &[]);
     let pid = child.id();
@@ -200,7 +200,7 @@ fn no_agent_holds_the_sidetask_and_gate_off_runs_freely() {
     );
 
     // A stale grant (agent gone: heartbeat not refreshed) is closed too, even if "open".
-    let w = GrantWriter::create(&bed.session, 0).unwrap();
+    let w = GrantWriter::create(&bed.session, freeride_tests::gpu(0)).unwrap();
     w.open_for(10_000 * MS, 0, 0);
     std::thread::sleep(Duration::from_millis(150));
     let (child, _out) = start_loop(&bed, &[]);
@@ -237,7 +237,7 @@ fn no_agent_holds_the_sidetask_and_gate_off_runs_freely() {
 fn a_grant_kept_for_more_important_tasks_holds_a_less_important_one() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let bed = Bed::new("priority");
-    let w = Arc::new(GrantWriter::create(&bed.session, 0).unwrap());
+    let w = Arc::new(GrantWriter::create(&bed.session, freeride_tests::gpu(0)).unwrap());
     let _hb = heart(&w);
     let (low, _lo) = start_loop(&bed, &[("FREERIDE_PRIORITY", "1")]);
     let (high, _ho) = start_loop(&bed, &[("FREERIDE_PRIORITY", "5")]);
@@ -280,7 +280,7 @@ fn a_grant_kept_for_more_important_tasks_holds_a_less_important_one() {
 fn the_memory_budget_is_for_all_the_gpus_side_tasks_together() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let bed = Bed::new("mem-shared");
-    let w = Arc::new(GrantWriter::create(&bed.session, 0).unwrap());
+    let w = Arc::new(GrantWriter::create(&bed.session, freeride_tests::gpu(0)).unwrap());
     let _hb = heart(&w);
     // 64 MiB for the GPU's side tasks, of which the others hold 48 MiB: 16 MiB are left here.
     w.publish(GrantFields {
@@ -353,7 +353,7 @@ fn an_unmodified_sidetask_yields_the_cpu_to_the_trainer() {
 fn a_held_sidetask_sleeps_until_a_grant_opens() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let bed = Bed::new("sleeps");
-    let w = Arc::new(GrantWriter::create(&bed.session, 0).unwrap());
+    let w = Arc::new(GrantWriter::create(&bed.session, freeride_tests::gpu(0)).unwrap());
     let _hb = heart(&w);
     let (child, _out) = start_loop(&bed, &[]);
     let pid = child.id();

@@ -3,7 +3,7 @@
 //! tiny fake CUDA/NCCL libraries (tests/cprogs/fake_*.c), run under LD_PRELOAD, and the
 //! FREERIDE_TRACE JSON lines are counted exactly.
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -199,6 +199,27 @@ fn run(prog: &str) -> Run {
     run_with(prog, &[], &[], true)
 }
 
+/// In every process's lines a GPU is introduced by its `device_info` (once) before any other line
+/// names it: a forked child and an exec'd image introduce theirs again.
+fn gpus_introduced_first(ev: &[Value]) {
+    let mut seen: HashSet<(u64, String)> = HashSet::new();
+    for e in ev {
+        let (Some(pid), Some(gpu)) = (e["pid"].as_u64(), e["device"].as_str()) else {
+            continue;
+        };
+        let key = (pid, gpu.to_string());
+        if e["kind"] == "device_info" {
+            assert!(seen.insert(key), "a second device_info: {e}");
+        } else {
+            assert!(
+                seen.contains(&key),
+                "{e} names a GPU before its device_info"
+            );
+        }
+    }
+    assert!(!seen.is_empty(), "no device_info at all");
+}
+
 /// (kind, api) -> count.
 fn counts(ev: &[Value]) -> HashMap<(String, String), usize> {
     let mut m = HashMap::new();
@@ -254,7 +275,8 @@ fn runtime_symbols_are_counted_once() {
     assert_eq!(l["block"], serde_json::json!([128, 1, 1]));
     assert_eq!(l["stream"], 0x20);
     assert_eq!(l["shmem"], 64);
-    assert_eq!(l["device"], 0);
+    // The GPU by its bus id (the fake driver puts ordinal 0 at bus 0x20), not the ordinal.
+    assert_eq!(l["device"], "0000:20:00.0");
 }
 
 #[test]
@@ -369,6 +391,44 @@ fn nccl_in_a_local_scope_with_gpu_side_timing() {
     }
 }
 
+/// An op that cannot be timed is said so at once, never left pending: with timing off, and with
+/// every stream being captured into a graph, each op outside a group and each stream of the group
+/// gets one `comm_untimed` (with why) and no begin or end.
+#[test]
+fn untimed_ops_are_recorded_untimed() {
+    for (env, why) in [
+        (("FREERIDE_COMM_TIMING", "0"), "off"),
+        (("FAKE_CAPTURING", "1"), "capturing"),
+    ] {
+        let r = run_with("nccl_local", &[], &[env], true);
+        let m = counts(&r.events);
+        assert_eq!(total(&m, "comm"), 8, "{m:?}");
+        assert_eq!(total(&m, "comm_begin") + total(&m, "comm_end"), 0, "{m:?}");
+        let untimed: Vec<&Value> = r
+            .events
+            .iter()
+            .filter(|e| e["kind"] == "comm_untimed")
+            .collect();
+        assert_eq!(untimed.len(), 8, "{env:?}: {m:?}");
+        assert!(untimed.iter().all(|e| e["why"] == why), "{untimed:?}");
+        // Each names its op (or the group, for a group's stream) as a begin would have.
+        let ops: HashSet<u64> = r
+            .events
+            .iter()
+            .filter(|e| e["kind"] == "comm" && e["group"] == 0)
+            .map(|e| e["op"].as_u64().unwrap())
+            .collect();
+        for u in &untimed {
+            let (op, group) = (u["op"].as_u64().unwrap(), u["group"].as_u64().unwrap());
+            assert!(
+                (group == 0 && ops.contains(&op)) || (group != 0 && op == 0),
+                "{u}"
+            );
+        }
+        assert_eq!(untimed.iter().filter(|u| u["group"] != 0).count(), 2);
+    }
+}
+
 /// A framework that dlcloses libnccl / libcudart and opens them again, while the interposer holds
 /// real pointers into them (without the pin in `dl::pin_owner`, the NCCL run crashes in the
 /// reloaded library's first call and the reloaded runtime's launches go unrecorded).
@@ -433,6 +493,7 @@ fn fork_and_exec_while_threads_launch() {
         per_pid.values().all(|c| c.1 == 1 && c.2 == 0),
         "{per_pid:?}"
     );
+    gpus_introduced_first(&r.events);
 }
 
 #[test]
@@ -468,6 +529,7 @@ fn fork_and_exec() {
     );
     let parent = per_pid.iter().find(|(p, _)| **p != child).unwrap().1;
     assert_eq!(*parent, (15, 1));
+    gpus_introduced_first(&r.events);
 }
 
 #[test]

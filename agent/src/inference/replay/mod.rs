@@ -154,7 +154,7 @@ pub fn replay(run: &Run, agent: &mut dyn Agent, cfg: &Replay) -> Report {
         // The collector sees the ring's count of dropped records grow at once, and the ring
         // reports the loss once it has room again.
         for &(q, a, b) in cfg.lost.iter().filter(|l| l.0 == pid) {
-            let gpu = v.first().map(|p| p.gpu).unwrap_or_default();
+            let gpu = v.first().map(|p| p.gpu).unwrap_or(GpuId::UNKNOWN);
             all.push((a, q, gpu, Obs::Lost { t: a }));
             all.push((b, q, gpu, Obs::Lost { t: b }));
         }

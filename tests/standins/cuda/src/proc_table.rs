@@ -113,6 +113,7 @@ fn build() -> Vec<Entry> {
             cuStreamSynchronize_ptsz
         ),
         entry!("cuStreamQuery", 2000, cuStreamQuery, cuStreamQuery_ptsz),
+        entry!("cuStreamGetCtx", 9020, cuStreamGetCtx, cuStreamGetCtx_ptsz),
         entry!(
             "cuLaunchHostFunc",
             10000,

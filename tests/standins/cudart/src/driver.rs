@@ -54,6 +54,7 @@ driver_table! {
     stream_wait_event = ("cuStreamWaitEvent", DEFAULT): fn(P, P, u32);
     event_create = ("cuEventCreate", DEFAULT): fn(*mut P, u32);
     event_record = ("cuEventRecord", DEFAULT): fn(P, P);
+    event_record_with_flags = ("cuEventRecordWithFlags", DEFAULT): fn(P, P, u32);
     event_query = ("cuEventQuery", DEFAULT): fn(P);
     event_synchronize = ("cuEventSynchronize", DEFAULT): fn(P);
     event_elapsed_time = ("cuEventElapsedTime", DEFAULT): fn(*mut f32, P, P);

@@ -53,6 +53,30 @@ pub unsafe extern "C" fn cuStreamDestroy(hstream: CUstream) -> CUresult {
     cuStreamDestroy_v2(hstream)
 }
 
+/// `cuStreamGetCtx`: the context a stream belongs to (the default streams: the current one).
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetCtx(hstream: CUstream, pctx: *mut CUcontext) -> CUresult {
+    guard(|| {
+        state::require_init()?;
+        let h = match hstream as usize {
+            0 | STREAM_LEGACY | STREAM_PER_THREAD => match state::current_handle() {
+                0 => state::primary(0)?.0,
+                h => h,
+            },
+            v => {
+                let s = STREAMS.get(v).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+                Arc::as_ptr(&s.ctx) as usize
+            }
+        };
+        out(pctx, h as CUcontext)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetCtx_ptsz(hstream: CUstream, pctx: *mut CUcontext) -> CUresult {
+    cuStreamGetCtx(hstream, pctx)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamSynchronize(hstream: CUstream) -> CUresult {
     guard(|| {

@@ -28,6 +28,18 @@ pub unsafe extern "C" fn cudaEventRecord(event: cudaEvent_t, stream: cudaStream_
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn cudaEventRecordWithFlags(
+    event: cudaEvent_t,
+    stream: cudaStream_t,
+    flags: u32,
+) -> cudaError_t {
+    guard(|| {
+        state::ensure_ctx()?;
+        drv!(event_record_with_flags(event, stream, flags))
+    })
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn cudaEventQuery(event: cudaEvent_t) -> cudaError_t {
     guard(|| drv!(event_query(event)))
 }

@@ -1,0 +1,342 @@
+//! The timing pools: one per CUDA context the process queues timed work in (up to [`POOLS`]),
+//! each with [`PAIRS`] pairs of timing events created in that context (slow path: on the first
+//! timed op or wait there), its GPU and its clock anchor ([`super::anchor`]). A pair times one op
+//! (or a group's work on one stream) or one wait: its `begin` event is recorded on the stream
+//! before, its `end` event after, then it is *armed* and the poller threads report both.
+//!
+//! Hook path: the pool of the context the stream's work runs in (`cuStreamGetCtx`: a process that
+//! drives several GPUs from one thread queues on streams of contexts that are not current) is
+//! found by comparing its handle with at most [`POOLS`] slots; a pair is claimed with a CAS; the
+//! events are recorded with the real driver. No lock, no allocation, no system call of ours. Work that cannot be timed is told why
+//! ([`Untimed`]), so that the caller says so at once ([`super::untimed_op`]).
+use super::anchor::Anchor;
+use super::driver::{Driver, CU_EVENT_BLOCKING_SYNC, DRIVER};
+use super::notify;
+use freeride_abi::event::Untimed;
+use freeride_abi::{env, Api};
+use std::ffi::c_void;
+use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, AtomicUsize};
+
+/// Pairs per pool.
+pub(super) const PAIRS: usize = 256;
+/// Contexts timed per process (one per GPU for a process that drives several).
+pub(super) const POOLS: usize = 8;
+
+pub(super) const FREE: u32 = 0;
+const CLAIMED: u32 = 1;
+pub(super) const ARMED: u32 = 2;
+
+/// What a pair times.
+pub(super) const WHAT_OP: u32 = 0;
+pub(super) const WHAT_WAIT: u32 = 1;
+
+pub(super) struct Pair {
+    pub(super) state: AtomicU32,
+    pub(super) begin_done: AtomicU32,
+    /// 0 until the poller has seen this arming (poller's cadence: a new op is a change).
+    pub(super) seen: AtomicU32,
+    /// The lane + 1 whose waiter reports this pair ([`notify`]); 0: the poller polls for it.
+    pub(super) lane: AtomicU32,
+    /// Arming order: a lane's waiter takes its pairs oldest first.
+    pub(super) arm_seq: AtomicU64,
+    /// Poller-private: the reported begin time (the end is never reported before it).
+    pub(super) t_begin: AtomicU64,
+    pub(super) ev_b: AtomicUsize,
+    pub(super) ev_e: AtomicUsize,
+    /// [`WHAT_OP`] or [`WHAT_WAIT`].
+    pub(super) what: AtomicU32,
+    pub(super) api: AtomicU32,
+    /// An op's `op | group << 32`, a wait's id.
+    pub(super) ids: AtomicU64,
+    pub(super) stream: AtomicU64,
+    pub(super) queued: AtomicU64,
+    pub(super) pending_b: AtomicU64,
+    pub(super) pending_e: AtomicU64,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const PAIR_INIT: Pair = Pair {
+    state: AtomicU32::new(FREE),
+    begin_done: AtomicU32::new(0),
+    seen: AtomicU32::new(0),
+    lane: AtomicU32::new(0),
+    arm_seq: AtomicU64::new(0),
+    t_begin: AtomicU64::new(0),
+    ev_b: AtomicUsize::new(0),
+    ev_e: AtomicUsize::new(0),
+    what: AtomicU32::new(WHAT_OP),
+    api: AtomicU32::new(0),
+    ids: AtomicU64::new(0),
+    stream: AtomicU64::new(0),
+    queued: AtomicU64::new(0),
+    pending_b: AtomicU64::new(0),
+    pending_e: AtomicU64::new(0),
+};
+
+/// A pool's life: its slot claimed (its `ctx` set) while `EMPTY`, then `CREATING`, `READY`, or
+/// `FAILED` (its context is not timed; its ops are untimed, [`Untimed::NoPool`]).
+const EMPTY: u8 = 0;
+const CREATING: u8 = 1;
+pub(super) const READY: u8 = 2;
+const FAILED: u8 = 3;
+
+pub(super) struct Pool {
+    pub(super) state: AtomicU8,
+    /// The context (0: the slot is free).
+    pub(super) ctx: AtomicUsize,
+    /// Its GPU ([`freeride_abi::GpuId`] field).
+    pub(super) gpu: AtomicI32,
+    next: AtomicUsize,
+    pub(super) anchor: Anchor,
+    pub(super) pairs: [Pair; PAIRS],
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const POOL_INIT: Pool = Pool {
+    state: AtomicU8::new(EMPTY),
+    ctx: AtomicUsize::new(0),
+    gpu: AtomicI32::new(-1),
+    next: AtomicUsize::new(0),
+    anchor: Anchor::new(),
+    pairs: [PAIR_INIT; PAIRS],
+};
+
+pub(super) static POOL: [Pool; POOLS] = [POOL_INIT; POOLS];
+
+/// Bumped at fork: the poller and waiter threads of an older generation stop.
+pub(super) static POOL_GEN: AtomicU32 = AtomicU32::new(0);
+/// 0 not read, 1 on, 2 off (`FREERIDE_COMM_TIMING=0`).
+static TIMING: AtomicU8 = AtomicU8::new(0);
+static POLLER_STARTED: AtomicBool = AtomicBool::new(false);
+static ARM_SEQ: AtomicU64 = AtomicU64::new(1);
+
+impl Pool {
+    pub(super) fn ready(&self) -> bool {
+        self.state.load(Ordering::Acquire) == READY
+    }
+}
+
+/// The pool and pair of a global pair index (as [`begin`] hands out).
+pub(super) fn pair(i: usize) -> Option<(&'static Pool, &'static Pair)> {
+    let p = POOL.get(i / PAIRS)?;
+    Some((p, &p.pairs[i % PAIRS]))
+}
+
+/// Every pair of every pool, with its pool.
+pub(super) fn all_pairs() -> impl Iterator<Item = (&'static Pool, &'static Pair)> {
+    POOL.iter()
+        .filter(|p| p.ready())
+        .flat_map(|p| p.pairs.iter().map(move |q| (p, q)))
+}
+
+fn timing_on() -> bool {
+    match TIMING.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            let off = std::env::var(env::COMM_TIMING).is_ok_and(|v| v == "0");
+            TIMING.store(if off { 2 } else { 1 }, Ordering::Relaxed);
+            !off
+        }
+    }
+}
+
+/// The pool of context `ctx` (made now if it has none and a slot is free).
+fn pool_for(d: &'static Driver, ctx: usize) -> Result<usize, Untimed> {
+    if ctx == 0 {
+        return Err(Untimed::NoPool);
+    }
+    for (k, p) in POOL.iter().enumerate() {
+        if p.ctx.load(Ordering::Acquire) == ctx {
+            return match p.state.load(Ordering::Acquire) {
+                READY => Ok(k),
+                // Another thread is making it, or it could not be made.
+                _ => Err(Untimed::NoPool),
+            };
+        }
+    }
+    for (k, p) in POOL.iter().enumerate() {
+        if p.ctx
+            .compare_exchange(0, ctx, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            return create(d, k).then_some(k).ok_or(Untimed::NoPool);
+        }
+    }
+    Err(Untimed::NoPool)
+}
+
+/// Makes pool `k`'s events in its context (its slot claimed for it; made current for this if it
+/// is not). Slow path, once per context: [`PAIRS`] x 2 `cuEventCreate` on the hook's thread; the
+/// poller thread starts with the first pool.
+#[cold]
+fn create(d: &'static Driver, k: usize) -> bool {
+    let pool = &POOL[k];
+    pool.state.store(CREATING, Ordering::Release);
+    let ctx = pool.ctx.load(Ordering::Acquire);
+    let ok = d
+        .in_ctx(ctx, || -> Option<()> {
+            let create = d.event_create?;
+            for p in pool.pairs.iter() {
+                let mut b: *mut c_void = std::ptr::null_mut();
+                let mut e: *mut c_void = std::ptr::null_mut();
+                // SAFETY: real cuEventCreate writing handles we own, in the current context.
+                let ok = unsafe {
+                    create(&mut b, CU_EVENT_BLOCKING_SYNC) == 0
+                        && create(&mut e, CU_EVENT_BLOCKING_SYNC) == 0
+                };
+                if !ok {
+                    return None;
+                }
+                p.ev_b.store(b as usize, Ordering::Relaxed);
+                p.ev_e.store(e as usize, Ordering::Relaxed);
+                p.state.store(FREE, Ordering::Relaxed);
+            }
+            let gpu = crate::gpus::of_ordinal(d.ctx_device());
+            pool.gpu.store(gpu.field(), Ordering::Relaxed);
+            Some(())
+        })
+        .is_some()
+        && start_poller();
+    pool.state
+        .store(if ok { READY } else { FAILED }, Ordering::Release);
+    ok
+}
+
+fn start_poller() -> bool {
+    if POLLER_STARTED.swap(true, Ordering::AcqRel) {
+        return true;
+    }
+    let gen = POOL_GEN.load(Ordering::Relaxed);
+    let ok = std::thread::Builder::new()
+        .name("freeride-poll".into())
+        .stack_size(256 << 10)
+        .spawn(move || super::poller::poller(gen))
+        .is_ok();
+    if !ok {
+        POLLER_STARTED.store(false, Ordering::Release);
+    }
+    ok
+}
+
+/// Hook path: claims a pair of the current context's pool and records its begin event on
+/// `stream`; its global index, or why the work cannot be timed.
+pub(super) fn begin(stream: u64) -> Result<usize, Untimed> {
+    if !timing_on() {
+        return Err(Untimed::Off);
+    }
+    let d = super::driver().ok_or(Untimed::Off)?;
+    if d.event_record.is_none() || d.event_query.is_none() || d.event_create.is_none() {
+        return Err(Untimed::Off);
+    }
+    match d.capturing(stream) {
+        Some(false) => {}
+        Some(true) => return Err(Untimed::Capturing),
+        // A driver without cuStreamIsCapturing cannot capture; an error is the stream's.
+        None if d.stream_is_capturing.is_none() => {}
+        None => return Err(Untimed::DriverError),
+    }
+    let k = pool_for(d, d.stream_ctx(stream))?;
+    let pool = &POOL[k];
+    for _ in 0..8 {
+        let i = pool.next.fetch_add(1, Ordering::Relaxed) % PAIRS;
+        let p = &pool.pairs[i];
+        if p.state
+            .compare_exchange(FREE, CLAIMED, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            if !d.record(p.ev_b.load(Ordering::Relaxed), stream) {
+                p.state.store(FREE, Ordering::Release);
+                return Err(Untimed::DriverError);
+            }
+            return Ok(k * PAIRS + i);
+        }
+    }
+    Err(Untimed::PoolFull)
+}
+
+/// Hook path: records pair `i`'s end event on `stream` and hands the pair to the poller
+/// (`what`, `api`, `ids`: what it reports). Err: the end could not be recorded (the pair is
+/// freed; nothing will be reported for it).
+pub(super) fn end(
+    i: usize,
+    stream: u64,
+    what: u32,
+    api: Api,
+    ids: u64,
+    queued: u64,
+) -> Result<(), Untimed> {
+    let Some((_, p)) = pair(i) else {
+        return Err(Untimed::DriverError);
+    };
+    let Some(d) = DRIVER.get() else {
+        p.state.store(FREE, Ordering::Release);
+        return Err(Untimed::DriverError);
+    };
+    if !d.record(p.ev_e.load(Ordering::Relaxed), stream) {
+        p.state.store(FREE, Ordering::Release);
+        return Err(Untimed::DriverError);
+    }
+    p.what.store(what, Ordering::Relaxed);
+    p.api.store(api as u32, Ordering::Relaxed);
+    p.ids.store(ids, Ordering::Relaxed);
+    p.stream.store(stream, Ordering::Relaxed);
+    p.queued.store(queued, Ordering::Relaxed);
+    p.pending_b.store(queued, Ordering::Relaxed);
+    p.pending_e.store(queued, Ordering::Relaxed);
+    p.begin_done.store(0, Ordering::Relaxed);
+    p.seen.store(0, Ordering::Relaxed);
+    p.arm_seq
+        .store(ARM_SEQ.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+    // The begin's wake-up is queued after the pair is armed, so that the poll it triggers finds
+    // the pair; the lane is published before (the waiter it wakes looks for pairs of its lane).
+    // If it cannot be queued, the process falls back to polling (the poller notices at its next
+    // wake-up).
+    let notified = Some(d).filter(|d| notify::available(d));
+    let k = i / PAIRS;
+    // A new lane's private stream is made in the pool's context.
+    let lane = notified.and_then(|d| {
+        d.in_ctx(POOL[k].ctx.load(Ordering::Relaxed), || {
+            notify::lane_of(d, k, stream)
+        })
+    });
+    p.lane.store(lane.unwrap_or(0), Ordering::Relaxed);
+    p.state.store(ARMED, Ordering::Release);
+    if let (Some(d), Some(lane)) = (notified, lane) {
+        if !notify::arm(d, lane, p.ev_b.load(Ordering::Relaxed)) {
+            p.lane.store(0, Ordering::Relaxed);
+            notify::turn_off();
+        }
+    }
+    Ok(())
+}
+
+/// Hook path: frees claimed pair `i` (its begin recorded, its end never to be).
+pub(super) fn abandon(i: usize) {
+    if let Some((_, p)) = pair(i) {
+        p.state.store(FREE, Ordering::Release);
+    }
+}
+
+/// Whether any pair is armed (the poller renews anchors only while work is timed).
+pub(super) fn any_armed(pool: &Pool) -> bool {
+    pool.pairs
+        .iter()
+        .any(|p| p.state.load(Ordering::Relaxed) == ARMED)
+}
+
+/// Fork child: the parent's events, contexts and poller are not ours.
+pub(super) fn reset_after_fork() {
+    POOL_GEN.fetch_add(1, Ordering::Relaxed);
+    for pool in POOL.iter() {
+        for p in pool.pairs.iter() {
+            p.state.store(FREE, Ordering::Relaxed);
+        }
+        pool.anchor.reset();
+        pool.gpu.store(-1, Ordering::Relaxed);
+        pool.state.store(EMPTY, Ordering::Relaxed);
+        pool.ctx.store(0, Ordering::Relaxed);
+    }
+    POLLER_STARTED.store(false, Ordering::Relaxed);
+}

@@ -1,0 +1,53 @@
+/* Which stream waits for what, on two GPUs from one process (one communicator per GPU,
+ * ncclCommInitAll), as PyTorch's ProcessGroupNCCL does it: per GPU a compute stream and a comm
+ * stream; each round a group of one all-reduce per GPU on the comm streams, then on each GPU the
+ * comm stream's event recorded and the compute stream made to wait for it (timed: it follows
+ * communication), and the compute stream's event recorded and the comm stream made to wait for
+ * it (not timed: no communication before it). Linked against the stand-in libcudart.so.13 and
+ * libnccl.so.2; run under LD_PRELOAD=libfreeride.so. Prints "OK" at the end.
+ *   stream_waits <rounds> */
+#include <stdio.h>
+#include <stdlib.h>
+int cudaSetDevice(int);
+int cudaStreamCreate(void **);
+int cudaEventCreate(void **);
+int cudaEventRecord(void *, void *);
+int cudaEventRecordWithFlags(void *, void *, unsigned);
+int cudaStreamWaitEvent(void *, void *, unsigned);
+int cudaDeviceSynchronize(void);
+int ncclCommInitAll(void **, int, const int *);
+int ncclGroupStart(void);
+int ncclGroupEnd(void);
+int ncclAllReduce(const void *, void *, size_t, int, int, void *, void *);
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IONBF, 0);
+    int rounds = argc > 1 ? atoi(argv[1]) : 3;
+    int devs[2] = {0, 1};
+    void *comms[2] = {0, 0}, *compute[2] = {0, 0}, *comm[2] = {0, 0}, *done[2] = {0, 0}, *ready[2] = {0, 0};
+    if (cudaSetDevice(0) != 0) { printf("no device\n"); return 1; }
+    int rc = ncclCommInitAll(comms, 2, devs);
+    if (rc != 0) { printf("init failed %d\n", rc); return 1; }
+    for (int d = 0; d < 2; d++)
+        if (cudaSetDevice(d) != 0 || cudaStreamCreate(&compute[d]) != 0 || cudaStreamCreate(&comm[d]) != 0
+            || cudaEventCreate(&done[d]) != 0 || cudaEventCreate(&ready[d]) != 0) {
+            printf("setup failed\n");
+            return 1;
+        }
+    for (int r = 0; r < rounds; r++) {
+        if (ncclGroupStart() != 0) return 1;
+        for (int d = 0; d < 2; d++)
+            if (ncclAllReduce(0, 0, 1 << 16, 7 /* float */, 0 /* sum */, comms[d], comm[d]) != 0) { printf("allreduce failed\n"); return 1; }
+        if (ncclGroupEnd() != 0) { printf("group failed\n"); return 1; }
+        for (int d = 0; d < 2; d++) {
+            if (cudaSetDevice(d) != 0) return 1;
+            if (cudaEventRecord(done[d], comm[d]) != 0) { printf("record failed\n"); return 1; }
+            if (cudaStreamWaitEvent(compute[d], done[d], 0) != 0) { printf("wait failed\n"); return 1; }
+            if (cudaEventRecordWithFlags(ready[d], compute[d], 0) != 0) { printf("record failed\n"); return 1; }
+            if (cudaStreamWaitEvent(comm[d], ready[d], 0) != 0) { printf("wait failed\n"); return 1; }
+        }
+    }
+    for (int d = 0; d < 2; d++)
+        if (cudaSetDevice(d) != 0 || cudaDeviceSynchronize() != 0) { printf("sync failed\n"); return 1; }
+    printf("OK\n");
+    return 0;
+}
