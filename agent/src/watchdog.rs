@@ -301,7 +301,7 @@ impl Watchdog {
                 let on = if d == device {
                     String::new()
                 } else {
-                    format!(" on GPU {d}")
+                    format!(" on GPU {}", freeride_abi::GpuId::from_field(d))
                 };
                 doomed.push((
                     key,
