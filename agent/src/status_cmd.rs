@@ -82,7 +82,7 @@ pub fn main(a: StatusArgs) -> i32 {
     }
     println!("agent pid {agent_pid}, session {}", dir.display());
     println!(
-        "{:>4}  {:<16} {:>12} {:>12} {:>10}  state",
+        "{:<12}  {:<16} {:>12} {:>12} {:>10}  state",
         "gpu", "trainers", "iteration", "bubble share", "bubbles"
     );
     for g in v["gpus"].as_array().into_iter().flatten() {
@@ -105,8 +105,8 @@ pub fn main(a: StatusArgs) -> i32 {
             "busy".to_string()
         };
         println!(
-            "{:>4}  {:<16} {:>12} {:>12} {:>10}  {state}",
-            g["device"].to_string(),
+            "{:<12}  {:<16} {:>12} {:>12} {:>10}  {state}",
+            bus_id(g),
             trainers.join(","),
             iter_ns
                 .map(|n| format!("{:.1} ms", n as f64 / 1e6))
@@ -120,6 +120,15 @@ pub fn main(a: StatusArgs) -> i32 {
     }
     print_sidetasks(&v["sidetasks"]);
     0
+}
+
+/// The GPU an entry of the state names, by bus id (its `bus_id`, else its `device` field).
+fn bus_id(v: &Value) -> String {
+    match (&v["bus_id"], v["device"].as_i64()) {
+        (Value::String(s), _) => s.clone(),
+        (_, Some(d)) => freeride_abi::GpuId::from_field(d as i32).to_string(),
+        _ => "-".to_string(),
+    }
 }
 
 /// The side tasks of the agent's state (`"sidetasks"`): counters, then one line per task.
@@ -136,7 +145,7 @@ fn print_sidetasks(st: &Value) {
         return;
     }
     println!(
-        "{:>8}  {:>4}  {:<16} {:<14} {:<10} {:>8} {:>12} {:>10}",
+        "{:>8}  {:<12}  {:<16} {:<14} {:<10} {:>8} {:>12} {:>10}",
         "pid", "gpu", "name", "kind", "state", "steps", "GPU busy", "memory"
     );
     let or_dash = |v: &Value| match v {
@@ -151,9 +160,9 @@ fn print_sidetasks(st: &Value) {
             _ => "gated",
         };
         println!(
-            "{:>8}  {:>4}  {:<16} {:<14} {:<10} {:>8} {:>12} {:>10}",
+            "{:>8}  {:<12}  {:<16} {:<14} {:<10} {:>8} {:>12} {:>10}",
             or_dash(&t["pid"]),
-            or_dash(&t["device"]),
+            bus_id(&t),
             or_dash(&t["name"]),
             kind,
             or_dash(&t["state"]),
