@@ -264,7 +264,11 @@ fn sim_reports_no_nan_and_no_forecast_without_prediction() {
     assert_eq!(inf["forecast_recall"].is_null(), !predicted, "{r}");
     let (code, out, err) = sim(&["--stages", "1", "--iterations", "3"]);
     assert_eq!(code, Some(0), "{err}");
-    assert!(!out.contains("NaN") && out.contains("n/a"), "{out}");
+    // The text says n/a where the JSON has null: a job whose short bubbles got no prediction (most
+    // runs of this one) shows no forecast either.
+    assert!(!out.contains("NaN"), "{out}");
+    let predicted = !out.contains("predicted end error p50 n/a");
+    assert_eq!(out.contains("forecast n/a / n/a"), !predicted, "{out}");
     let (code, out, err) = sim(&[
         "--stages",
         "9",
