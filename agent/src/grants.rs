@@ -93,6 +93,7 @@ impl GrantPolicy {
             return None;
         }
         let mut until: Option<Ns> = None;
+        let mut pause_until = now + self.pause_slice_ns;
         for b in bubbles {
             let b = (*b)?;
             // A bubble that begins once a transfer is over: not yet.
@@ -101,11 +102,16 @@ impl GrantPolicy {
             }
             match self.decide(now, Some(b)) {
                 Some(u) => until = Some(until.map_or(u, |x| x.min(u))),
-                None if self.paused(now, &b) => {}
+                // A pause's grant, too, stops a guard before the transfer of an op in flight.
+                None if self.paused(now, &b) => {
+                    if let Some(x) = b.busy_from {
+                        pause_until = pause_until.min(x.saturating_sub(self.guard_min_ns));
+                    }
+                }
                 None => return None,
             }
         }
-        let until = until.unwrap_or(now + self.pause_slice_ns);
+        let until = until.unwrap_or(pause_until);
         (until >= now + self.min_grant_ns).then_some(until)
     }
 
@@ -383,6 +389,16 @@ mod tests {
         assert_eq!(p.decide_gpu(p.pause_after_ns + 1, &[Some(blocked)]), None);
         let now = p.pause_after_blocked_ns;
         assert!(p.decide_gpu(now, &[Some(blocked)]).is_some());
+        // Not into the transfer of an op in flight (a receive whose data is about to arrive).
+        let now = p.pause_after_ns + 1;
+        let mut receiving = idle.unwrap();
+        receiving.busy_from = Some(now + 1_000_000);
+        assert_eq!(
+            p.decide_gpu(now, &[Some(receiving)]),
+            Some(now + 1_000_000 - p.guard_min_ns)
+        );
+        receiving.busy_from = Some(now);
+        assert_eq!(p.decide_gpu(now, &[Some(receiving)]), None);
     }
 
     #[test]

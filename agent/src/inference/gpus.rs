@@ -6,6 +6,11 @@ use super::peers::Matcher;
 use super::timeline::Timeline;
 use std::collections::{BTreeMap, HashMap};
 
+/// Added to a transfer bound learnt from other processes' ops: the begin it is measured from can be
+/// recorded late by the poller's reaction (a fraction of a millisecond), and an under-estimated
+/// transfer would put a grant on a transferring kernel.
+const PEER_BOUND_MARGIN_NS: Ns = 500_000;
+
 struct Tl {
     timeline: Timeline,
     /// When the agent first saw it.
@@ -80,7 +85,7 @@ impl Gpus {
         for (sig, begin, end) in ended {
             for (who, s, ns) in self.matcher.on_end(key, sig, begin, end) {
                 if let Some(t) = self.timelines.get_mut(&who) {
-                    t.timeline.bound_transfer(&s, ns);
+                    t.timeline.bound_transfer(&s, ns + PEER_BOUND_MARGIN_NS);
                 }
             }
         }
