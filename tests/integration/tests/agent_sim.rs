@@ -239,3 +239,39 @@ fn bad_flags_are_refused_before_anything_starts() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// Per-rank `CUDA_VISIBLE_DEVICES` over two nodes (every rank's GPU is its device 0): the agent puts
+/// each rank on its physical GPU (the truth's bus id), and grants open there. An agent that keyed
+/// GPUs by device ordinal would put every rank of a node on one GPU.
+#[test]
+fn per_rank_visible_devices_over_two_nodes_keep_every_gpu_apart() {
+    let r = sim(&[
+        "--schedule",
+        "1f1b",
+        "--stages",
+        "4",
+        "--microbatches",
+        "4",
+        "--visible-devices",
+        "per-rank",
+        "--nodes",
+        "2",
+        "--iterations",
+        "4",
+    ]);
+    let gpus = r["per_gpu"].as_array().unwrap();
+    assert_eq!(gpus.len(), 4, "{r}");
+    let mut seen = std::collections::BTreeSet::new();
+    for g in gpus {
+        assert_eq!(g["agent_gpu"], g["bus_id"], "rank on the wrong GPU: {r}");
+        assert!(
+            seen.insert(g["bus_id"].as_str().unwrap().to_string()),
+            "{r}"
+        );
+        assert!(
+            g["grants"]["granted_ms"].as_f64().unwrap() > 0.0,
+            "no grant on {}: {r}",
+            g["bus_id"]
+        );
+    }
+}

@@ -193,7 +193,7 @@ pub fn main(a: SimArgs) -> i32 {
         .iter()
         .map(|g| {
             let mut v = json!({
-                "rank": g.rank, "pid": g.pid, "device": g.device, "bus_id": g.bus_id,
+                "rank": g.rank, "pid": g.pid, "device": g.device, "bus_id": g.bus_id, "agent_gpu": g.agent_gpu,
                 "node": g.node, "idle_fraction": r(g.idle_fraction, 4),
                 "precision": r(g.precision, 4), "recall": r(g.recall, 4),
                 "grants": grants_json(&grants.per_rank.get(g.rank as usize).copied().unwrap_or_default()),

@@ -12,6 +12,8 @@ pub struct GpuScore {
     /// Physical GPU and its PCI bus id.
     pub device: u32,
     pub bus_id: String,
+    /// The GPU the agent put this rank's bubbles on (its bus id), if it closed any.
+    pub agent_gpu: Option<String>,
     pub node: u32,
     /// True idle time / the scored iterations' length.
     pub idle_fraction: f64,
@@ -62,6 +64,11 @@ pub fn per_gpu(r: &SimResult) -> Vec<GpuScore> {
                 pid,
                 device,
                 bus_id: r.truth.bus_ids.get(rank).cloned().unwrap_or_default(),
+                agent_gpu: r
+                    .bubbles
+                    .iter()
+                    .find(|b| b.pid == pid)
+                    .map(|b| b.gpu.to_string()),
                 node: rank as u32 / r.ranks_per_node.max(1),
                 idle_fraction: if window == 0 {
                     0.0
