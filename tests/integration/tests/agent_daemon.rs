@@ -224,6 +224,10 @@ fn report_writes_a_perfetto_trace_of_bubbles_and_kernels() {
     let dir = session("report");
     let log = dir.with_extension("bubbles.jsonl");
     let truth = dir.with_extension("truth.jsonl");
+    // Also when an assertion below fails (the test binary still exits normally).
+    for f in [&log, &truth, &dir.with_extension("trace.json")] {
+        freeride_abi::scratch::remove_at_exit(f);
+    }
     let mut a = Command::new(built("freeride"))
         .args(["agent", "--metrics-port", "0", "--dir"])
         .arg(&dir)
