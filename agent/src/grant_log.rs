@@ -1,6 +1,9 @@
 //! A log of every grant the agent published, per GPU: the intervals side tasks were allowed to run
-//! in (from the publication to the earlier of its closing and its deadline), for scoring against
-//! the truth (`freeride sim --json`'s `"grants"`, see [`crate::inference::score::GrantTally`]).
+//! in (from the publication to the earlier of its closing, its deadline and, where the agent went
+//! longer than the grant's freshness limit without a step, the last heartbeat plus that limit:
+//! side tasks read it closed from then on, see [`freeride_abi::grant::Grant::open_at`]), for
+//! scoring against the truth (`freeride sim --json`'s `"grants"`, see
+//! [`crate::inference::score::GrantTally`]).
 use crate::inference::score::{clip, merge, GrantTally};
 use crate::inference::{GpuId, Ns};
 use std::collections::BTreeMap;
@@ -10,11 +13,31 @@ pub struct GrantLog {
     /// The grant open now per GPU: (opened at, open until).
     open: BTreeMap<GpuId, (Ns, Ns)>,
     done: BTreeMap<GpuId, Vec<(Ns, Ns)>>,
+    /// The grants' freshness limit (0: none) and each GPU's last note (a heartbeat).
+    fresh_ns: Ns,
+    seen: BTreeMap<GpuId, Ns>,
 }
 
 impl GrantLog {
-    /// GPU `gpu`'s grant at `now` is `until` (`Some`: open until then; `None`: closed).
+    /// A log of grants whose heartbeat must be no older than `fresh_ns` (0: no limit).
+    pub fn new(fresh_ns: Ns) -> GrantLog {
+        GrantLog {
+            fresh_ns,
+            ..GrantLog::default()
+        }
+    }
+
+    /// GPU `gpu`'s grant at `now` is `until` (`Some`: open until then; `None`: closed). Every
+    /// step of the agent notes every GPU (the grant's heartbeat).
     pub fn note(&mut self, gpu: GpuId, now: Ns, until: Option<Ns>) {
+        let last = self.seen.insert(gpu, now);
+        if let (Some(last), Some(&(from, old))) = (last, self.open.get(&gpu)) {
+            if self.fresh_ns > 0 && now.saturating_sub(last) > self.fresh_ns {
+                // The agent went without a step: side tasks read the grant closed from here.
+                self.open.remove(&gpu);
+                self.finish(gpu, from, old.min(last + self.fresh_ns));
+            }
+        }
         match (self.open.get(&gpu).copied(), until) {
             (Some((from, old)), Some(new)) => {
                 if old <= now {
@@ -42,10 +65,15 @@ impl GrantLog {
         }
     }
 
-    /// The granted intervals of `gpu` (an open grant up to its deadline).
+    /// The granted intervals of `gpu` (an open grant up to its deadline, or its last heartbeat
+    /// plus the freshness limit if earlier).
     pub fn intervals(&self, gpu: GpuId) -> Vec<(Ns, Ns)> {
         let mut v = self.done.get(&gpu).cloned().unwrap_or_default();
         if let Some(&(from, until)) = self.open.get(&gpu) {
+            let until = match (self.fresh_ns, self.seen.get(&gpu)) {
+                (0, _) | (_, None) => until,
+                (f, Some(&last)) => until.min(last + f),
+            };
             if until > from {
                 v.push((from, until));
             }
@@ -94,5 +122,26 @@ mod tests {
             (t.granted_ns, t.over_busy_ns),
             (150 + 200 + 100 + 50, 50 + 50)
         );
+    }
+
+    #[test]
+    fn a_grant_the_agent_stops_refreshing_ends_at_its_freshness_limit() {
+        let mut l = GrantLog::new(100);
+        let g = GpuId(3);
+        l.note(g, 1_000, Some(2_000));
+        l.note(g, 1_050, Some(2_000)); // a step: the heartbeat
+        l.note(g, 1_600, Some(2_000)); // after a stall of 550: side tasks stopped at 1_150
+        l.note(g, 1_650, None);
+        l.note(g, 3_000, Some(3_500));
+        l.note(g, 3_080, Some(3_500)); // the last step before the log is read
+        assert_eq!(
+            l.intervals(g),
+            vec![(1_000, 1_150), (1_600, 1_650), (3_000, 3_180)]
+        );
+        // Without a limit the stall is not seen.
+        let mut l = GrantLog::new(0);
+        l.note(g, 1_000, Some(2_000));
+        l.note(g, 1_600, None);
+        assert_eq!(l.intervals(g), vec![(1_000, 1_600)]);
     }
 }

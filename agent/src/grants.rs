@@ -42,6 +42,13 @@ pub struct GrantPolicy {
     pub pause_after_blocked_ns: Ns,
     /// Grants in a pause last this long, renewed while it goes on.
     pub pause_slice_ns: Ns,
+    /// An open grant reads closed to side tasks once the agent has gone this long without a step
+    /// (it refreshes the grant's heartbeat every step: ~50 µs apart while a bubble is open). A
+    /// grant is sized from a prediction that the agent corrects as it watches (the bubble closes
+    /// early, a transfer begins); a descheduled agent corrects nothing, and on torchtitan's ZBV
+    /// job on the 2-core test bed, 2-5 ms grants opened just before a 7 ms stall of the agent ran
+    /// on over the trainer's next transfer.
+    pub fresh_ns: Ns,
 }
 
 impl Default for GrantPolicy {
@@ -58,6 +65,7 @@ impl Default for GrantPolicy {
             pause_after_ns: 20_000_000,
             pause_after_blocked_ns: 100_000_000,
             pause_slice_ns: 2_000_000,
+            fresh_ns: 1_000_000,
         }
     }
 }
@@ -123,16 +131,17 @@ impl GrantPolicy {
             return None;
         }
         // Never past the earliest end seen lately at this position (the trainer may be back that
-        // soon): that bound already holds the recent spread; without it, keep spreads in hand.
-        // Nor past the earliest start of a transfer of an op in flight.
-        let (end, spreads) = match b.shortest_end {
-            Some(s) => (predicted.min(s), 0.0),
-            None => (predicted, b.spread_ns as f64 * self.guard_spreads),
-        };
-        let end = end.min(b.busy_from.unwrap_or(Ns::MAX));
+        // soon), nor past the earliest start of a transfer of an op in flight; and spreads in
+        // hand below that: the shortest of a few values is no bound on the next one (a bubble
+        // that waits for a peer ends when the peer is ready, which varies; on torchtitan's ZBV
+        // job grants ran 0.2-0.8 ms into a transfer that came earlier than any seen lately).
+        let end = predicted
+            .min(b.shortest_end.unwrap_or(Ns::MAX))
+            .min(b.busy_from.unwrap_or(Ns::MAX));
         if end <= b.start {
             return None;
         }
+        let spreads = b.spread_ns as f64 * self.guard_spreads;
         let guard = ((end - b.start) as f64 * self.guard_share + spreads) as Ns;
         let until = end.saturating_sub(guard.max(self.guard_min_ns));
         (until >= now + self.min_grant_ns).then_some(until)
@@ -197,12 +206,22 @@ impl Grants {
 
     /// Also logs every grant (GPU, open, close), for scoring.
     pub fn with_log(mut self) -> Grants {
-        self.log = Some(GrantLog::default());
+        self.log = Some(GrantLog::new(self.fresh_ns()));
         self
     }
 
     pub fn policy(&self) -> &GrantPolicy {
         &self.policy
+    }
+
+    /// The freshness limit the grants carry (none for open-ended grants: the prior approach's
+    /// pause/resume has no heartbeat).
+    fn fresh_ns(&self) -> Ns {
+        if self.policy.open_ended {
+            0
+        } else {
+            self.policy.fresh_ns
+        }
     }
 
     /// The grants published so far, when logged.
@@ -256,6 +275,7 @@ impl Grants {
             self.tasks = sidetasks::scan(&self.dir);
             self.tasks_read_ns = now;
         }
+        let fresh_ns = self.fresh_ns();
         let (w, current) = self.writers.get_mut(&gpu).expect("inserted above");
         let tasks = self
             .tasks
@@ -299,6 +319,7 @@ impl Grants {
                     open_until_ns: until,
                     budget_ns: until - now,
                     min_priority: floor,
+                    fresh_ns,
                     ..GrantFields::default()
                 }
             }
@@ -408,7 +429,13 @@ mod tests {
         if let Some(b) = b.as_mut() {
             b.shortest_end = Some(15_000_000);
         }
-        // 15 ms is the bound, which holds the spread: guard = max(300 µs, 1% of 15 ms = 150 µs).
+        // 15 ms is the bound, and the spread is kept in hand below it (the next bubble may be
+        // shorter than any seen lately): guard = max(300 µs, 1% of 15 ms = 150 µs + 2 x 100 µs).
+        assert_eq!(p.decide(100_000, b), Some(14_650_000));
+        // A steady position (no spread) keeps the minimum guard.
+        if let Some(b) = b.as_mut() {
+            b.spread_ns = 0;
+        }
         assert_eq!(p.decide(100_000, b), Some(14_700_000));
     }
 

@@ -284,11 +284,14 @@ impl Pacer {
                 self.budget
                     .set_grant_limit(g.mem_limit_for(self.budget.held()));
                 let now = now_ns();
-                let stale = self.cfg.heartbeat_stale_ms > 0
-                    && now.saturating_sub(g.heartbeat_ns) > self.cfg.heartbeat_stale_ms * 1_000_000;
+                // Open, before its deadline, its heartbeat fresh (see freeride_abi::grant's
+                // fresh_ns); no heartbeat check at all with heartbeat_stale_ms 0.
+                let open = match self.cfg.heartbeat_stale_ms {
+                    0 => g.open && now < g.open_until_ns,
+                    ms => g.open_at(now, ms.saturating_mul(1_000_000)),
+                };
                 // A grant given to more important tasks (see TaskConfig::priority) is closed to us.
-                if !g.open || stale || now >= g.open_until_ns || g.min_priority > self.cfg.priority
-                {
+                if !open || g.min_priority > self.cfg.priority {
                     return Availability::Closed;
                 }
                 let key = (g.open_until_ns, g.budget_ns);

@@ -152,6 +152,32 @@ fn stale_heartbeat_or_dead_block_reads_closed() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A grant the agent stops refreshing closes at the freshness limit it carries (a stalled agent
+/// corrects no prediction), long before its deadline and the reader's own stale limit; it reads
+/// open again with the agent's next heartbeat.
+#[test]
+fn a_grant_reads_closed_once_the_agent_stops_refreshing_it() {
+    use freeride_sidetask::grant_writer::GrantFields;
+    let dir = temp_dir("fresh");
+    let writer = GrantWriter::create(&dir, freeride_abi::GpuId::unnamed(1)).unwrap();
+    let mut cfg = config(&dir, NoAgent::Standalone);
+    cfg.device = 1;
+    let mut p = freeride_sidetask::pacer::Pacer::new(cfg, "iterative").unwrap();
+    writer.publish(GrantFields {
+        open: true,
+        open_until_ns: now_ns() + 2_000 * MS,
+        budget_ns: 2_000 * MS,
+        fresh_ns: 20 * MS,
+        ..GrantFields::default()
+    });
+    assert!(p.check(MS).is_some());
+    std::thread::sleep(Duration::from_millis(40));
+    assert!(p.check(MS).is_none(), "ran on a grant nobody refreshed");
+    writer.heartbeat();
+    assert!(p.check(MS).is_some(), "the next heartbeat opens it again");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// An open grant in a block of another layout version (an agent of another release) holds the
 /// task, even in standalone mode (which runs freely only when there is no agent at all).
 #[test]
@@ -205,6 +231,7 @@ fn grants_for_more_important_tasks_are_closed_to_less_important_ones() {
                 mem_budget_bytes: 0,
                 min_priority,
                 side_mem_held_bytes: 0,
+                fresh_ns: 0,
             });
         };
         // 200 ms of grants for priority >= 5: a priority-2 task must not step.

@@ -18,6 +18,13 @@
 //! | 96 | 8 | `heartbeat_ns`: last time the agent touched the block (stale => closed) |
 //! | 104 | 8 | `min_priority`: side tasks of a lower priority start no work in this grant (0: all) |
 //! | 112 | 8 | `side_mem_held_bytes`: device memory all side tasks on this GPU hold, as the agent last saw it |
+//! | 120 | 8 | `fresh_ns`: an open grant reads closed once its heartbeat is older than this (0: no such limit; formerly reserved) |
+//!
+//! `fresh_ns` bounds what a stalled agent leaves open: the agent refreshes the heartbeat on every
+//! step (every ~50 µs while a bubble is open), so a grant that goes on without it is one that no
+//! longer watches the trainer (the agent descheduled, stopped or slowed), and the trainer may be
+//! back before the grant's deadline. Readers apply it with [`Grant::open_at`]. Writers that leave
+//! it 0 (older agents) get the readers' own, long, stale limit only.
 //!
 //! `mem_budget_bytes` is for all the GPU's side tasks together: one process may hold what the
 //! others leave of it ([`Grant::mem_limit_for`]).
@@ -45,11 +52,12 @@ pub struct GrantBlock {
     pub heartbeat_ns: AtomicU64,
     pub min_priority: AtomicU64,
     pub side_mem_held_bytes: AtomicU64,
-    _r1: [u64; 1],
+    pub fresh_ns: AtomicU64,
 }
 
 const _: () = assert!(std::mem::offset_of!(GrantBlock, epoch) == 64);
 const _: () = assert!(std::mem::offset_of!(GrantBlock, side_mem_held_bytes) == 112);
+const _: () = assert!(std::mem::offset_of!(GrantBlock, fresh_ns) == 120);
 const _: () = assert!(std::mem::size_of::<GrantBlock>() <= GRANT_FILE_SIZE);
 
 /// A consistent copy of a grant.
@@ -65,9 +73,24 @@ pub struct Grant {
     pub min_priority: u64,
     /// Device memory the GPU's side tasks hold together, as the agent last saw it.
     pub side_mem_held_bytes: u64,
+    /// An open grant whose heartbeat is older than this reads closed (0: no such limit).
+    pub fresh_ns: u64,
 }
 
 impl Grant {
+    /// Whether the grant lets work start at `now`, for a reader that takes a heartbeat older
+    /// than `stale_ns` for a dead agent: open, before its deadline, and its heartbeat no older
+    /// than `stale_ns` nor than the agent's `fresh_ns` (when set). Priorities are the reader's
+    /// business ([`Grant::min_priority`]).
+    pub fn open_at(&self, now: u64, stale_ns: u64) -> bool {
+        let age = now.saturating_sub(self.heartbeat_ns);
+        let limit = match self.fresh_ns {
+            0 => stale_ns,
+            f => f.min(stale_ns),
+        };
+        self.open && age <= limit && now < self.open_until_ns
+    }
+
     /// The device memory a side task that holds `own_held` bytes may hold in all: the GPU's
     /// side-task budget less what the others hold (the agent's total less this task's own bytes;
     /// the agent sees allocations within about a poll period, so two tasks allocating at once can
@@ -103,6 +126,7 @@ impl GrantBlock {
             epoch: e1,
             min_priority: self.min_priority.load(Ordering::Relaxed),
             side_mem_held_bytes: self.side_mem_held_bytes.load(Ordering::Relaxed),
+            fresh_ns: self.fresh_ns.load(Ordering::Relaxed),
         };
         std::sync::atomic::fence(Ordering::Acquire);
         (self.epoch.load(Ordering::Relaxed) == e1).then_some(g)
@@ -142,6 +166,39 @@ impl GrantBlock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_open_grant_reads_closed_once_its_heartbeat_is_older_than_its_freshness() {
+        let g = Grant {
+            open: true,
+            open_until_ns: 10_000,
+            heartbeat_ns: 1_000,
+            fresh_ns: 500,
+            ..Grant::default()
+        };
+        assert!(g.open_at(1_400, 100_000));
+        assert!(g.open_at(1_500, 100_000));
+        // The agent went without a step: closed, long before the deadline...
+        assert!(!g.open_at(1_501, 100_000));
+        // ...until its next heartbeat.
+        assert!(Grant {
+            heartbeat_ns: 1_600,
+            ..g
+        }
+        .open_at(1_700, 100_000));
+        // A reader's own stale limit still applies when shorter, and alone without freshness.
+        assert!(!g.open_at(1_400, 300));
+        let old_agent = Grant { fresh_ns: 0, ..g };
+        assert!(old_agent.open_at(5_000, 100_000));
+        assert!(!old_agent.open_at(5_000, 3_000));
+        // Past its deadline, or closed: never open.
+        assert!(!Grant {
+            heartbeat_ns: 9_900,
+            ..g
+        }
+        .open_at(10_000, 100_000));
+        assert!(!Grant { open: false, ..g }.open_at(1_100, 100_000));
+    }
 
     #[test]
     fn a_task_may_hold_what_the_others_leave_of_the_gpus_budget() {

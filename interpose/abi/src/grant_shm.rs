@@ -51,6 +51,8 @@ pub struct GrantFields {
     pub min_priority: u64,
     /// See [`crate::grant::Grant::side_mem_held_bytes`].
     pub side_mem_held_bytes: u64,
+    /// See [`crate::grant::Grant::fresh_ns`] (0: no limit).
+    pub fresh_ns: u64,
 }
 
 impl GrantWriter {
@@ -100,6 +102,7 @@ impl GrantWriter {
         b.min_priority.store(f.min_priority, Ordering::Relaxed);
         b.side_mem_held_bytes
             .store(f.side_mem_held_bytes, Ordering::Relaxed);
+        b.fresh_ns.store(f.fresh_ns, Ordering::Relaxed);
         b.heartbeat_ns.store(now_ns(), Ordering::Relaxed);
         b.epoch.store((e | 1) + 1, Ordering::Release);
         b.wake_all();

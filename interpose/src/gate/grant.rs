@@ -157,10 +157,9 @@ pub fn now(device: i32, now: u64, stale_ns: u64, priority: u64) -> Now {
     let read = || {
         let b = block(v)?;
         let g = snapshot(b)?;
-        let fresh = now.saturating_sub(g.heartbeat_ns) <= stale_ns;
         Some(Now {
             read_at: Some((b, g.epoch)),
-            open: g.open && fresh && g.open_until_ns > now && g.min_priority <= priority,
+            open: g.open_at(now, stale_ns) && g.min_priority <= priority,
             open_until_ns: g.open_until_ns,
             budget_ns: g.budget_ns,
             mem_budget_bytes: g.mem_budget_bytes,

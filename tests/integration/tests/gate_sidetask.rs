@@ -153,6 +153,70 @@ fn grant_closed_early_drains_within_bound() {
     }
 }
 
+/// A grant the agent stops refreshing (it is descheduled or stopped, and corrects no prediction)
+/// holds the side task once its heartbeat is older than the freshness limit the grant carries,
+/// long before the grant's deadline; the agent's next heartbeat lets it go on.
+#[test]
+fn a_grant_the_agent_stops_refreshing_holds_the_sidetask() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let bed = Bed::new("unrefreshed");
+    let w = Arc::new(GrantWriter::create(&bed.session, freeride_tests::gpu(0)).unwrap());
+    let (child, _out) = start_loop(&bed, &[]);
+    let pid = child.id();
+    let fresh = 20 * MS;
+    let open = |until: u64| {
+        w.publish(GrantFields {
+            open: true,
+            open_until_ns: until,
+            budget_ns: until - now_ns(),
+            fresh_ns: fresh,
+            ..GrantFields::default()
+        })
+    };
+    // A first grant, refreshed, teaches the gate the kernel's duration.
+    let until = now_ns() + 30 * MS;
+    open(until);
+    while now_ns() < until {
+        w.heartbeat();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    w.close(0);
+    std::thread::sleep(Duration::from_millis(20));
+    // A grant of 400 ms that nobody refreshes after its publication...
+    let published = now_ns();
+    let until = published + 400 * MS;
+    open(until);
+    std::thread::sleep(Duration::from_millis(200));
+    // ...then one heartbeat, 200 ms in.
+    let beat = now_ns();
+    w.heartbeat();
+    std::thread::sleep(Duration::from_millis(10));
+    let after = now_ns();
+    w.close(0);
+    kill(child);
+    let ks = bed.kernels(pid);
+    let queued = |from: u64, to: u64| ks.iter().filter(|k| k.2 >= from && k.2 < to).count();
+    eprintln!(
+        "unrefreshed: {} kernels queued while fresh, {} after the limit, {} after the heartbeat",
+        queued(published, published + fresh),
+        queued(published + fresh + SCHED_SLACK, beat),
+        queued(beat, after)
+    );
+    assert!(
+        queued(published, published + fresh) > 0,
+        "nothing ran while the grant was fresh"
+    );
+    assert_eq!(
+        queued(published + fresh + SCHED_SLACK, beat),
+        0,
+        "a launch was queued on a grant nobody refreshed"
+    );
+    assert!(
+        queued(beat, after) > 0,
+        "the heartbeat did not let the side task go on"
+    );
+}
+
 #[test]
 fn memory_budget_errors_the_sidetask_not_the_trainer() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
