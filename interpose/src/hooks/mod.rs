@@ -627,243 +627,6 @@ pub static HOOKS: &[Hook] = &[
     ),
 ];
 
-static REALS: [AtomicUsize; 128] = [const { AtomicUsize::new(0) }; 128];
-
-/// The hook of a C name (`dlsym`'s routing: keep cheap, no allocation).
-pub fn find(name: &CStr) -> Option<&'static Hook> {
-    let b = name.to_bytes();
-    match b.first() {
-        Some(b'c' | b'_' | b'n' | b'd') => {}
-        _ => return None,
-    }
-    HOOKS.iter().find(|h| h.name().as_bytes() == b)
-}
-
-pub fn by_api(api: Api) -> Option<&'static Hook> {
-    HOOKS.iter().find(|h| h.api == api)
-}
-
-pub fn is_wrapper(p: *mut c_void) -> bool {
-    HOOKS
-        .iter()
-        .any(|h| std::ptr::eq(h.wrapper, p as *const ()))
-}
-
-/// Records `r` as the real function of `h` (first one wins). True if `h`'s real function is `r`.
-pub fn set_real(h: &Hook, r: usize) -> bool {
-    let slot = &REALS[h.api as usize];
-    match slot.compare_exchange(0, r, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => {
-            dl::pin_owner(r as *const c_void);
-            true
-        }
-        Err(cur) => cur == r,
-    }
-}
-
-/// The real function of `h` (0 if unknown); resolves exported hooks lazily.
-pub fn real(h: &Hook) -> usize {
-    if h.class == Class::Libc {
-        return dl::real_dlsym().map(|f| f as usize).unwrap_or(0);
-    }
-    let v = REALS[h.api as usize].load(Ordering::Acquire);
-    if v != 0 || !h.exported {
-        return v;
-    }
-    resolve_exported(h)
-}
-
-#[cold]
-#[inline(never)]
-fn resolve_exported(h: &Hook) -> usize {
-    let mut name = [0u8; 64];
-    let n = h.name().as_bytes();
-    if n.len() >= name.len() {
-        return 0;
-    }
-    name[..n.len()].copy_from_slice(n);
-    let Ok(cname) = CStr::from_bytes_until_nul(&name) else {
-        return 0;
-    };
-    let own = h.wrapper as usize;
-    let ok = |p: *mut c_void| !p.is_null() && p as usize != own;
-    let libs: &[&CStr] = match h.class {
-        Class::Runtime => &[c"libcudart.so.13", c"libcudart.so.12", c"libcudart.so"],
-        Class::Nccl => &[c"libnccl.so.2", c"libnccl.so"],
-        _ => &[],
-    };
-    let mut found = dl::sym(dl::RTLD_NEXT, cname);
-    if !ok(found) {
-        if let Some(a) = h.alias {
-            found = dl::sym(dl::RTLD_NEXT, a);
-        }
-    }
-    if !ok(found) {
-        'outer: for lib in libs {
-            for nm in h.alias.into_iter().chain(std::iter::once(cname)) {
-                found = dl::sym_in_loaded(lib, nm);
-                if ok(found) {
-                    break 'outer;
-                }
-            }
-        }
-    }
-    if !ok(found) {
-        return 0;
-    }
-    set_real(h, found as usize);
-    REALS[h.api as usize].load(Ordering::Acquire)
-}
-
-/// Typed real function of `api`.
-#[inline(always)]
-fn real_fn<F: Copy>(api: Api) -> Option<F> {
-    let mut v = REALS[api as usize].load(Ordering::Relaxed);
-    if v == 0 {
-        v = by_api(api).map(real).unwrap_or(0);
-        if v == 0 {
-            return None;
-        }
-    }
-    debug_assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<usize>());
-    // SAFETY: F is the fn-pointer type of `api`'s C signature; v is that function's address.
-    Some(unsafe { std::mem::transmute_copy::<usize, F>(&v) })
-}
-
-/// Maps a pointer returned by a `cuGetProcAddress`-style look-up to our wrapper when it is one
-/// of the functions we hook under this (symbol, version, flags).
-fn map_proc(symbol: *const c_char, pfn: *mut *mut c_void, ver: i64, flags: u64) {
-    if symbol.is_null() || pfn.is_null() {
-        return;
-    }
-    // SAFETY: pfn was just written by the real look-up, which returned success.
-    let p = unsafe { *pfn };
-    if p.is_null() {
-        return;
-    }
-    // SAFETY: the look-up's contract: symbol is a NUL-terminated string.
-    let s = unsafe { CStr::from_ptr(symbol) }.to_bytes();
-    let ptsz = flags & 2 != 0;
-    for h in HOOKS {
-        let Some(k) = h.proc_key else { continue };
-        if k.symbol.as_bytes() == s
-            && ver >= k.min_ver
-            && ver < k.max_ver
-            && k.ptsz.is_none_or(|x| x == ptsz)
-        {
-            // SAFETY: pfn is a valid out-pointer (see above).
-            unsafe { *pfn = dl::offer(h, p) };
-            return;
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Types.
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct Dim3 {
-    pub x: u32,
-    pub y: u32,
-    pub z: u32,
-}
-
-#[repr(C)]
-pub struct CudaLaunchConfig {
-    pub grid: Dim3,
-    pub block: Dim3,
-    pub shmem: usize,
-    pub stream: *mut c_void,
-    pub attrs: *mut c_void,
-    pub num_attrs: u32,
-}
-
-#[repr(C)]
-pub struct CuLaunchConfig {
-    pub grid: [u32; 3],
-    pub block: [u32; 3],
-    pub shmem: u32,
-    pub stream: *mut c_void,
-    pub attrs: *mut c_void,
-    pub num_attrs: u32,
-}
-
-/// The head both `CUmemAllocationProp` (`cuMemCreate`) and `CUmemPoolProps` (`cuMemPoolCreate`)
-/// begin with: the allocation type, the handle types, then the `CUmemLocation` (type, id) of
-/// the memory. Only this head is read.
-#[repr(C)]
-pub struct MemLocated {
-    pub alloc_type: i32,
-    pub handle_types: i32,
-    pub location_type: i32,
-    pub location_id: i32,
-}
-
-/// `CU_MEM_LOCATION_TYPE_DEVICE`.
-pub const MEM_LOCATION_TYPE_DEVICE: i32 = 1;
-
-impl MemLocated {
-    /// The device the memory is on (-1: host memory, or `p` is NULL).
-    ///
-    /// # Safety
-    /// `p` is NULL or points to a props struct the caller handed to the driver.
-    pub unsafe fn device_of(p: *const MemLocated) -> i32 {
-        if p.is_null() {
-            return -1;
-        }
-        // SAFETY: the caller's contract; the driver reads the same struct.
-        let m = unsafe { &*p };
-        if m.location_type == MEM_LOCATION_TYPE_DEVICE {
-            m.location_id
-        } else {
-            -1
-        }
-    }
-}
-
-type P = *mut c_void;
-type PP = *mut *mut c_void;
-type RtLaunch = unsafe extern "C" fn(*const c_void, Dim3, Dim3, PP, usize, P) -> c_int;
-type RtLaunchEx = unsafe extern "C" fn(*const CudaLaunchConfig, *const c_void, PP) -> c_int;
-type RtGraph = unsafe extern "C" fn(P, P) -> c_int;
-type RtSync0 = unsafe extern "C" fn() -> c_int;
-type RtSync1 = unsafe extern "C" fn(P) -> c_int;
-type RtEntry = unsafe extern "C" fn(*const c_char, PP, u64, *mut c_int) -> c_int;
-type RtEntryV = unsafe extern "C" fn(*const c_char, PP, u32, u64, *mut c_int) -> c_int;
-type DrvLaunch = unsafe extern "C" fn(P, u32, u32, u32, u32, u32, u32, u32, P, PP, PP) -> c_int;
-type DrvLaunchEx = unsafe extern "C" fn(*const CuLaunchConfig, P, PP, PP) -> c_int;
-type DrvCoop = unsafe extern "C" fn(P, u32, u32, u32, u32, u32, u32, u32, P, PP) -> c_int;
-type DrvGraph = unsafe extern "C" fn(P, P) -> c_int;
-type DrvAlloc = unsafe extern "C" fn(*mut u64, usize) -> c_int;
-type DrvAllocAsync = unsafe extern "C" fn(*mut u64, usize, P) -> c_int;
-type DrvFree = unsafe extern "C" fn(u64) -> c_int;
-type DrvAllocPitch = unsafe extern "C" fn(*mut u64, *mut usize, usize, usize, u32) -> c_int;
-type DrvAllocManaged = unsafe extern "C" fn(*mut u64, usize, u32) -> c_int;
-type DrvAllocPool = unsafe extern "C" fn(*mut u64, usize, P, P) -> c_int;
-type DrvFreeAsync = unsafe extern "C" fn(u64, P) -> c_int;
-type DrvPoolCreate = unsafe extern "C" fn(PP, *const MemLocated) -> c_int;
-type DrvDevicePool = unsafe extern "C" fn(PP, c_int) -> c_int;
-type DrvMemCreate = unsafe extern "C" fn(*mut u64, usize, *const MemLocated, u64) -> c_int;
-type DrvMemRelease = unsafe extern "C" fn(u64) -> c_int;
-type DrvMemRetain = unsafe extern "C" fn(*mut u64, P) -> c_int;
-type DrvMemMap = unsafe extern "C" fn(u64, usize, usize, u64, u64) -> c_int;
-type DrvMemUnmap = unsafe extern "C" fn(u64, usize) -> c_int;
-type DrvSync0 = unsafe extern "C" fn() -> c_int;
-type DrvSync1 = unsafe extern "C" fn(P) -> c_int;
-type DrvCtx = unsafe extern "C" fn(P) -> c_int;
-type DrvRecord = unsafe extern "C" fn(P, P) -> c_int;
-type DrvRecordFlags = unsafe extern "C" fn(P, P, u32) -> c_int;
-type DrvWait = unsafe extern "C" fn(P, P, u32) -> c_int;
-type DrvCtxPop = unsafe extern "C" fn(PP) -> c_int;
-type GetProcV1 = unsafe extern "C" fn(*const c_char, PP, c_int, u64) -> c_int;
-type GetProcV2 = unsafe extern "C" fn(*const c_char, PP, c_int, u64, *mut c_int) -> c_int;
-type NcclP2p = unsafe extern "C" fn(*const c_void, usize, c_int, c_int, P, P) -> c_int;
-type NcclP2pRecv = unsafe extern "C" fn(P, usize, c_int, c_int, P, P) -> c_int;
-type NcclGroup = unsafe extern "C" fn() -> c_int;
-type NcclReduce = unsafe extern "C" fn(*const c_void, P, usize, c_int, c_int, P, P) -> c_int;
-type NcclGather = unsafe extern "C" fn(*const c_void, P, usize, c_int, P, P) -> c_int;
-
 const CUDART_SYMBOL_NOT_FOUND: c_int = 500;
 const CUDA_ERROR_NOT_FOUND: c_int = 500;
 const NCCL_SYSTEM_ERROR: c_int = 2;
@@ -875,7 +638,9 @@ mod lookup;
 mod memory;
 mod nccl;
 mod pool;
+mod resolve;
 mod sync;
+mod types;
 mod vmm;
 
 use context::*;
@@ -885,7 +650,9 @@ use lookup::*;
 use memory::*;
 pub use nccl::*;
 use pool::*;
+pub use resolve::*;
 pub use sync::*;
+pub use types::*;
 use vmm::*;
 
 #[cfg(test)]

@@ -1,0 +1,289 @@
+//! Tests of the pattern learner.
+use super::*;
+
+fn sig(kind: CommKind, peer: i32, bytes: u64) -> CommSig {
+    CommSig {
+        comm: if kind.collective() { 9 } else { 1 },
+        kind,
+        peer,
+        bytes,
+    }
+}
+fn recv(peer: i32) -> CommSig {
+    sig(CommKind::Recv, peer, 4096)
+}
+fn ar() -> CommSig {
+    sig(CommKind::AllReduce, -1, 64)
+}
+
+/// Issues `ops`; each op's bubble lasts `bubble(k, index in ops)` (None: no bubble).
+fn feed(
+    p: &mut Pattern,
+    t: &mut Ns,
+    k: usize,
+    ops: &[CommSig],
+    bubble: impl Fn(usize, usize) -> Option<Ns>,
+) -> Vec<OpIndex> {
+    let mut out = vec![];
+    for (j, s) in ops.iter().enumerate() {
+        let i = p.on_issue(*s, *t);
+        if let Some(b) = bubble(k, j) {
+            p.record(i, 0, b);
+        }
+        out.push(i);
+        *t += 1_000_000;
+    }
+    out
+}
+
+#[test]
+fn predecessors_are_one_iteration_back_and_the_period_is_found() {
+    let mut p = Pattern::new();
+    let it = [
+        recv(0),
+        recv(0),
+        sig(CommKind::Send, 1, 4096),
+        recv(0),
+        ar(),
+    ];
+    let mut t = 0;
+    let mut last = vec![];
+    for k in 0..5 {
+        last = feed(&mut p, &mut t, k, &it, |_, j| {
+            Some((j as Ns + 1) * 1_000_000)
+        });
+    }
+    for (j, &i) in last.iter().enumerate().skip(1) {
+        assert_eq!(p.predecessor(i), Some(i - 5), "op {j}");
+    }
+    assert_eq!(p.ops_per_iteration(), Some(5));
+    assert_eq!(p.period_ns(), Some(5_000_000));
+    let next = p.on_issue(recv(0), t);
+    assert_eq!(p.predict(next, 0).unwrap().expected_ns, 1_000_000);
+}
+
+#[test]
+fn after_a_smaller_micro_batch_count_ops_align_with_the_new_iteration() {
+    // 1F1B stage 0: a send, send/receive groups (one per steady-state micro-batch), a receive,
+    // the all-reduce; 8 micro-batches, then 4.
+    let sr = sig(CommKind::SendRecv, 1, 8);
+    let shape = |m: usize| {
+        let mut v = vec![sig(CommKind::Send, 1, 8)];
+        v.extend(std::iter::repeat_n(sr, m - 1));
+        v.extend([recv(1), ar()]);
+        v
+    };
+    let mut p = Pattern::new();
+    let mut t = 0;
+    for _ in 0..3 {
+        feed(&mut p, &mut t, 0, &shape(8), |_, _| None);
+    }
+    feed(&mut p, &mut t, 0, &shape(4), |_, _| None);
+    let second = feed(&mut p, &mut t, 0, &shape(4), |_, _| None);
+    // The old iteration (10 ops) still known, the first group of the second short iteration
+    // is the first group of the first one (6 ops back), not a look-alike 10 back.
+    assert_eq!(p.predecessor(second[1]), Some(second[1] - 6));
+}
+
+#[test]
+fn begun_in_the_steady_state_the_iteration_is_not_a_repetition_inside_it() {
+    // An agent (re)started in a 1F1B steady state: a send/receive pair repeats 6 times an
+    // iteration; the iteration's all-reduce comes only at its end.
+    let step = [sig(CommKind::Send, 1, 4096), recv(1)];
+    let mut p = Pattern::new();
+    let mut t = 0;
+    for _ in 0..20 {
+        feed(&mut p, &mut t, 0, &step, |_, _| None);
+    }
+    // 40 ops that repeat every 2: nothing says the iteration is longer, yet.
+    assert_eq!(p.ops_per_iteration(), Some(2));
+    feed(&mut p, &mut t, 0, &[ar()], |_, _| None);
+    for _ in 0..6 {
+        feed(&mut p, &mut t, 0, &step, |_, _| None);
+    }
+    // An op seen once in 53: the iteration is longer than 2 ops and not known yet.
+    assert_eq!(p.ops_per_iteration(), None);
+    for _ in 0..3 {
+        feed(&mut p, &mut t, 0, &[ar()], |_, _| None);
+        for _ in 0..6 {
+            feed(&mut p, &mut t, 0, &step, |_, _| None);
+        }
+    }
+    assert_eq!(p.ops_per_iteration(), Some(13));
+    assert_eq!(p.period_ns(), Some(13_000_000));
+}
+
+#[test]
+fn the_second_iteration_aligns_with_the_first_past_runs_of_look_alike_ops() {
+    // A zero-bubble stage: a receive, a group, then sends and receives alternating.
+    let send = sig(CommKind::Send, 0, 8);
+    let mut it = vec![recv(0), sig(CommKind::SendRecv, 0, 16)];
+    for _ in 0..6 {
+        it.push(send);
+        it.push(recv(0));
+    }
+    it.push(send);
+    it.push(ar());
+    let mut p = Pattern::new();
+    let mut t = 0;
+    feed(&mut p, &mut t, 0, &it, |_, _| None);
+    let second = feed(&mut p, &mut t, 1, &it, |_, _| None);
+    // A few ops of the third iteration: the second is then aligned one iteration back.
+    feed(&mut p, &mut t, 2, &it[..6], |_, _| None);
+    let n = it.len() as u64;
+    let lags: Vec<_> = second
+        .iter()
+        .map(|&i| p.predecessor(i).map(|j| i - j))
+        .collect();
+    assert!(lags[1..].iter().all(|&l| l == Some(n)), "{lags:?}");
+}
+
+#[test]
+fn ops_aligned_inside_the_iteration_at_first_are_relinked_one_iteration_back() {
+    // GPipe with blocking receives: forwards then backwards, each a receive and a send.
+    let (r0, s1) = (recv(0), sig(CommKind::Send, 1, 4096));
+    let (r1, s0) = (recv(1), sig(CommKind::Send, 0, 4096));
+    let mut it = vec![];
+    for _ in 0..4 {
+        it.extend([r0, s1]);
+    }
+    for _ in 0..4 {
+        it.extend([r1, s0]);
+    }
+    it.push(ar());
+    let mut p = Pattern::new();
+    let mut t = 0;
+    feed(&mut p, &mut t, 0, &it, |_, _| None);
+    let second = feed(&mut p, &mut t, 1, &it, |_, _| None);
+    feed(&mut p, &mut t, 2, &it[..6], |_, _| None);
+    let n = it.len() as u64;
+    let lags: Vec<_> = second
+        .iter()
+        .map(|&i| p.predecessor(i).map(|j| i - j))
+        .collect();
+    assert!(lags[1..].iter().all(|&l| l == Some(n)), "{lags:?}");
+}
+
+#[test]
+fn a_long_run_of_identical_ops_stays_aligned_one_iteration_back() {
+    // Tensor-parallel all-reduces: 64 alike ops between two pipeline ops.
+    let tp = sig(CommKind::AllReduce, -1, 4 << 20);
+    let mut it = vec![sig(CommKind::SendRecv, -1, 8192)];
+    it.extend(std::iter::repeat_n(tp, 64));
+    it.push(recv(1));
+    it.extend(std::iter::repeat_n(tp, 64));
+    let mut p = Pattern::new();
+    let mut t = 0;
+    for k in 0..3 {
+        feed(&mut p, &mut t, k, &it, |_, _| None);
+    }
+    let last = feed(&mut p, &mut t, 3, &it, |_, _| None);
+    let n = it.len() as u64;
+    assert!(
+        last.iter().all(|&i| p.predecessor(i) == Some(i - n)),
+        "{:?}",
+        last.iter()
+            .map(|&i| p.predecessor(i).map(|j| i - j))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(p.ops_per_iteration(), Some(it.len()));
+}
+
+#[test]
+fn an_extra_collective_or_another_size_keeps_the_alignment() {
+    let mut p = Pattern::new();
+    let it = [recv(0), sig(CommKind::SendRecv, -1, 8192), recv(0), ar()];
+    let mut t = 0;
+    for k in 0..4 {
+        feed(&mut p, &mut t, k, &it, |_, j| {
+            Some((j as Ns + 1) * 1_000_000)
+        });
+    }
+    // This iteration has an extra all-reduce in the middle and a larger group.
+    let odd = [
+        recv(0),
+        sig(CommKind::SendRecv, -1, 12000),
+        sig(CommKind::AllReduce, -1, 8),
+        recv(0),
+        ar(),
+    ];
+    let ids = feed(&mut p, &mut t, 4, &odd, |_, _| None);
+    assert_eq!(p.predict(ids[1], 0).unwrap().expected_ns, 2_000_000);
+    assert_eq!(p.predict(ids[3], 0).unwrap().expected_ns, 3_000_000);
+    // And the next regular iteration still predicts every position.
+    let ids = feed(&mut p, &mut t, 5, &it, |_, _| None);
+    for (j, &i) in ids.iter().enumerate() {
+        assert_eq!(
+            p.predict(i, 0).map(|x| x.expected_ns),
+            Some((j as Ns + 1) * 1_000_000),
+            "op {j}"
+        );
+    }
+}
+
+#[test]
+fn one_outlier_is_ignored_and_a_change_is_adopted_after_two() {
+    let mut p = Pattern::new();
+    let it = [recv(0), ar()];
+    let mut t = 0;
+    let len = |k: usize| match k {
+        5 => 40_000_000,
+        k if k >= 9 => 20_000_000,
+        _ => 10_000_000,
+    };
+    let mut pred = vec![];
+    for k in 0..12 {
+        let ids = feed(&mut p, &mut t, k, &it[..1], |_, _| None);
+        pred.push(p.predict(ids[0], 0).map(|x| x.expected_ns));
+        p.record(ids[0], 0, len(k));
+        feed(&mut p, &mut t, k, &it[1..], |_, _| None);
+    }
+    assert_eq!(
+        pred[6],
+        Some(10_000_000),
+        "one long bubble must not move it"
+    );
+    assert_eq!(pred[10], Some(10_000_000));
+    assert_eq!(pred[11], Some(20_000_000), "{pred:?}");
+}
+
+#[test]
+fn a_bubble_that_is_sometimes_shorter_is_never_outlasted() {
+    let mut p = Pattern::new();
+    let it = [recv(0), ar()];
+    let mut t = 0;
+    let mut last = None;
+    for k in 0..7 {
+        let ids = feed(&mut p, &mut t, k, &it, |_, _| None);
+        last = p.predict(ids[0], 0);
+        // Every third one is half as long.
+        p.record(ids[0], 0, if k % 3 == 2 { 5_000_000 } else { 10_000_000 });
+    }
+    let pr = last.unwrap();
+    assert_eq!(pr.expected_ns, 10_000_000);
+    assert_eq!(pr.shortest_ns, 5_000_000);
+}
+
+#[test]
+fn a_missed_iteration_is_skipped_over() {
+    let mut p = Pattern::new();
+    let it = [recv(0), recv(1), ar()];
+    let mut t = 0;
+    for k in 0..4 {
+        // Iteration 2 learns nothing (its records were lost).
+        feed(&mut p, &mut t, k, &it, |k, j| {
+            (k != 2).then_some((j as Ns + 1) * 500_000)
+        });
+    }
+    let ids = feed(&mut p, &mut t, 4, &it, |_, _| None);
+    assert_eq!(p.predict(ids[1], 0).unwrap().expected_ns, 1_000_000);
+}
+
+#[test]
+fn nothing_is_predicted_before_anything_was_learnt() {
+    let mut p = Pattern::new();
+    let i = p.on_issue(recv(0), 0);
+    assert_eq!(p.predict(i, 0), None);
+    assert_eq!(p.ops_per_iteration(), None);
+    assert_eq!(p.period_ns(), None);
+}

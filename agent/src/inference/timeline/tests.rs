@@ -1,0 +1,332 @@
+//! Tests of the timeline.
+use super::*;
+use crate::inference::obs::CommKind;
+
+const C: StreamId = 7;
+const P2P: StreamId = 20;
+
+fn recv() -> CommSig {
+    CommSig {
+        comm: 1,
+        kind: CommKind::Recv,
+        peer: 0,
+        bytes: 4,
+    }
+}
+
+/// An eager send on the receives' communicator: its duration bounds their transfers (50 ns).
+fn learn_transfer(tl: &mut Timeline) {
+    let send = CommSig {
+        kind: CommKind::Send,
+        ..recv()
+    };
+    feed(
+        tl,
+        &[
+            Obs::CommIssue {
+                t: 10,
+                id: 100,
+                stream: P2P,
+                sig: send,
+            },
+            Obs::CommBegin {
+                id: 100,
+                t: 20,
+                seen: 20,
+            },
+            Obs::CommEnd {
+                id: 100,
+                t: 70,
+                seen: 70,
+            },
+        ],
+    );
+    tl.take_closed();
+}
+
+fn feed(tl: &mut Timeline, obs: &[Obs]) {
+    for &o in obs {
+        let now = match o {
+            Obs::CommBegin { seen, .. }
+            | Obs::CommEnd { seen, .. }
+            | Obs::WaitReached { seen, .. }
+            | Obs::WaitReleased { seen, .. } => seen,
+            o => o.time(),
+        };
+        tl.observe(o, now);
+    }
+}
+
+#[test]
+fn todays_rings_a_receive_the_host_waits_for_is_a_bubble_until_its_next_launch() {
+    let mut tl = Timeline::new();
+    learn_transfer(&mut tl);
+    feed(
+        &mut tl,
+        &[
+            Obs::Launch { t: 100, stream: C },
+            Obs::CommIssue {
+                t: 200,
+                id: 1,
+                stream: P2P,
+                sig: recv(),
+            },
+            // The op's stream waited for the compute: its begin is the drain.
+            Obs::CommBegin {
+                id: 1,
+                t: 1_000,
+                seen: 1_100,
+            },
+        ],
+    );
+    assert_eq!(tl.open_now().map(|b| b.start), Some(1_000));
+    feed(
+        &mut tl,
+        &[
+            Obs::CommEnd {
+                id: 1,
+                t: 9_000,
+                seen: 9_100,
+            },
+            Obs::Sync {
+                t0: 300,
+                t1: 9_050,
+                on: SyncOn::Stream(P2P),
+            },
+            Obs::Launch {
+                t: 9_200,
+                stream: C,
+            },
+        ],
+    );
+    assert!(tl.open_now().is_none());
+    // Idle from the drain to its transfer, and from its end to the host's next launch.
+    let b: Vec<_> = tl.take_closed().iter().map(|b| (b.start, b.end)).collect();
+    assert_eq!(b, vec![(1_000, 8_950), (9_000, 9_200)]);
+
+    // With nothing learnt of the transfer, the whole receive counts as transferring.
+    let mut tl = Timeline::new();
+    feed(
+        &mut tl,
+        &[
+            Obs::Launch { t: 100, stream: C },
+            Obs::CommIssue {
+                t: 200,
+                id: 1,
+                stream: P2P,
+                sig: recv(),
+            },
+            Obs::CommBegin {
+                id: 1,
+                t: 1_000,
+                seen: 1_100,
+            },
+            Obs::CommEnd {
+                id: 1,
+                t: 9_000,
+                seen: 9_100,
+            },
+            Obs::Launch {
+                t: 9_200,
+                stream: C,
+            },
+        ],
+    );
+    let b: Vec<_> = tl.take_closed().iter().map(|b| (b.start, b.end)).collect();
+    assert_eq!(b, vec![(9_000, 9_200)]);
+}
+
+#[test]
+fn a_launch_behind_a_wait_keeps_the_bubble_one_that_can_run_ends_it() {
+    let mut tl = Timeline::new();
+    learn_transfer(&mut tl);
+    feed(
+        &mut tl,
+        &[
+            Obs::Launch { t: 100, stream: C },
+            Obs::CommIssue {
+                t: 200,
+                id: 1,
+                stream: P2P,
+                sig: recv(),
+            },
+            Obs::EventRecord {
+                t: 210,
+                event: 5,
+                stream: P2P,
+            },
+            Obs::StreamWait {
+                t: 220,
+                stream: C,
+                event: 5,
+                wait: 9,
+            },
+            // Queued behind the wait: cannot run before the receive.
+            Obs::Launch { t: 230, stream: C },
+            Obs::WaitReached {
+                wait: 9,
+                t: 2_000,
+                seen: 2_100,
+            },
+        ],
+    );
+    let open = tl
+        .open_now()
+        .expect("the compute stream is held by the wait");
+    assert_eq!(open.start, 2_000);
+    assert!(open.blocked);
+    feed(
+        &mut tl,
+        &[Obs::WaitReleased {
+            wait: 9,
+            t: 8_000,
+            seen: 8_100,
+        }],
+    );
+    assert!(tl.open_now().is_none());
+    // Until the transfer of the receive it waited for.
+    let b: Vec<_> = tl.take_closed().iter().map(|b| (b.start, b.end)).collect();
+    assert_eq!(b, vec![(2_000, 7_950)]);
+
+    // A launch with no wait before it runs at once.
+    let mut tl = Timeline::new();
+    feed(
+        &mut tl,
+        &[
+            Obs::Launch { t: 100, stream: C },
+            Obs::Sync {
+                t0: 150,
+                t1: 1_000,
+                on: SyncOn::Device,
+            },
+        ],
+    );
+    assert_eq!(tl.open_now().map(|b| b.start), Some(1_000));
+    feed(
+        &mut tl,
+        &[Obs::Launch {
+            t: 3_000,
+            stream: C,
+        }],
+    );
+    assert!(tl.open_now().is_none());
+    assert_eq!(
+        tl.take_closed()
+            .iter()
+            .map(|b| (b.start, b.end))
+            .collect::<Vec<_>>(),
+        vec![(1_000, 3_000)]
+    );
+}
+
+#[test]
+fn untimed_ops_are_forgotten_and_the_table_stays_bounded() {
+    let mut tl = Timeline::new();
+    tl.observe(Obs::Launch { t: 1, stream: C }, 1);
+    for id in 0..(MAX_PENDING_OPS as u64 + 100) {
+        let t = 10 + id;
+        tl.observe(
+            Obs::CommIssue {
+                t,
+                id,
+                stream: P2P,
+                sig: recv(),
+            },
+            t,
+        );
+        if id % 2 == 0 {
+            tl.observe(Obs::CommUntimed { id }, t);
+        }
+    }
+    assert!(tl.pending_ops() <= MAX_PENDING_OPS);
+    // An op of the same stream that begins: those before it will never be timed.
+    tl.observe(
+        Obs::CommBegin {
+            id: MAX_PENDING_OPS as u64 + 99,
+            t: 10_000,
+            seen: 10_000,
+        },
+        10_000,
+    );
+    assert_eq!(tl.pending_ops(), 1);
+}
+
+#[test]
+fn the_op_a_wait_waits_for_is_not_evicted() {
+    let mut tl = Timeline::new();
+    feed(
+        &mut tl,
+        &[
+            Obs::Launch { t: 1, stream: C },
+            Obs::CommIssue {
+                t: 2,
+                id: 1,
+                stream: P2P,
+                sig: recv(),
+            },
+            Obs::EventRecord {
+                t: 3,
+                event: 5,
+                stream: P2P,
+            },
+            Obs::StreamWait {
+                t: 4,
+                stream: C,
+                event: 5,
+                wait: 0,
+            },
+        ],
+    );
+    for id in 2..(MAX_PENDING_OPS as u64 + 10) {
+        tl.observe(
+            Obs::CommIssue {
+                t: 10,
+                id,
+                stream: 30,
+                sig: recv(),
+            },
+            10,
+        );
+    }
+    assert!(tl.has_op(1), "evicted the op a wait waits for");
+    assert!(tl.pending_ops() <= MAX_PENDING_OPS);
+}
+
+#[test]
+fn lost_records_close_nothing_and_leave_the_gpu_unknown() {
+    let mut tl = Timeline::new();
+    feed(
+        &mut tl,
+        &[
+            Obs::Launch { t: 100, stream: C },
+            Obs::Sync {
+                t0: 150,
+                t1: 1_000,
+                on: SyncOn::Device,
+            },
+        ],
+    );
+    assert!(tl.open_now().is_some());
+    tl.observe(Obs::Lost { t: 2_000 }, 2_000);
+    assert!(tl.open_now().is_none());
+    assert!(
+        tl.take_closed().is_empty(),
+        "a bubble whose end may be lost"
+    );
+    // Known again after the next drain.
+    feed(
+        &mut tl,
+        &[
+            Obs::Launch {
+                t: 3_000,
+                stream: C,
+            },
+            Obs::Sync {
+                t0: 3_100,
+                t1: 4_000,
+                on: SyncOn::Device,
+            },
+        ],
+    );
+    assert_eq!(tl.open_now().map(|b| b.start), Some(4_000));
+}
