@@ -4,6 +4,7 @@
 //! `train_loop` example) on the same simulated GPUs. Deadlines are generous (a loaded 2-core
 //! machine); nothing here asserts speed.
 use freeride_abi::grant_shm::{GrantMap, GrantWriter};
+use freeride_abi::now_ns;
 use freeride_tests::{built, release_dir, SIDETASK_NICE_FOR_TESTS};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -105,10 +106,34 @@ impl Bed {
         self.prog_of(side_bin(), role, args)
     }
 
+    /// gate_side as [`Bed::prog`], its kernels written to the ground truth `truth`.
+    fn prog_traced(
+        &self,
+        role: &str,
+        args: &[&str],
+        truth: &Path,
+    ) -> (Child, BufReader<ChildStdout>) {
+        self.spawn_prog(side_bin(), role, args, Some(truth))
+    }
+
     /// `bin` with `args` under libfreeride.so in `role`; stdout piped, stdin piped (hold).
     fn prog_of(&self, bin: &Path, role: &str, args: &[&str]) -> (Child, BufReader<ChildStdout>) {
+        self.spawn_prog(bin, role, args, None)
+    }
+
+    fn spawn_prog(
+        &self,
+        bin: &Path,
+        role: &str,
+        args: &[&str],
+        truth: Option<&Path>,
+    ) -> (Child, BufReader<ChildStdout>) {
         let standins = pipesim::standins::ensure_dir().unwrap();
-        let mut c = Command::new(bin)
+        let mut cmd = Command::new(bin);
+        if let Some(t) = truth {
+            cmd.env("FREERIDE_SIM_TRACE", t);
+        }
+        let mut c = cmd
             .args(args)
             .env("LD_PRELOAD", release_dir().join("libfreeride.so"))
             .env("LD_LIBRARY_PATH", &standins)
@@ -356,6 +381,81 @@ fn a_sidetask_stuck_in_a_kernel_is_killed_and_the_trainer_finishes() {
     );
 }
 
+/// A stopped agent (descheduled, or here SIGSTOPped) corrects no prediction: side tasks stop
+/// starting work once its grant's heartbeat is older than the grant's freshness limit (1 ms), not at
+/// the grant's deadline (tens of ms in this job's bubbles), and go on once it runs again. Ten stops
+/// of 100 ms at moments spread over the iteration: without the limit, a stop in a grant lets
+/// launches through to its deadline.
+#[test]
+fn a_stopped_agent_holds_the_sidetasks_at_its_grants_freshness() {
+    let _s = serial();
+    let bed = Bed::new("stopped");
+    let truth = bed.root.join("truth.jsonl");
+    let agent = bed.agent(&[]);
+    let mut job = bed.job(60);
+    wait_learnt(&bed);
+    let (mut side, mut out) = bed.prog_traced("sidetask", &["loop", "300", "1000000"], &truth);
+    assert_eq!(read_line(&mut out), "ready");
+    let pid = side.id();
+    let kernels = || -> Vec<u64> {
+        let text = std::fs::read_to_string(&truth).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|j| j["pid"].as_u64() == Some(pid as u64))
+            .filter_map(|j| j["queued_ns"].as_u64())
+            .collect()
+    };
+    let t0 = Instant::now();
+    while kernels().len() < 50 && t0.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(kernels().len() >= 50, "the side task never ran in grants");
+    let apid = agent.child.id() as i32;
+    let mut stops = vec![];
+    for k in 0..10u64 {
+        let a = now_ns();
+        // SAFETY: signals to our own child process.
+        unsafe { libc::kill(apid, libc::SIGSTOP) };
+        std::thread::sleep(Duration::from_millis(100));
+        let b = now_ns();
+        // SAFETY: as above.
+        unsafe { libc::kill(apid, libc::SIGCONT) };
+        stops.push((a, b));
+        std::thread::sleep(Duration::from_millis(150 + 37 * k));
+    }
+    let before_end = kernels().len();
+    std::thread::sleep(Duration::from_millis(500));
+    let after = kernels().len();
+    // SAFETY: as above.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let _ = side.wait();
+    let js = wait_exit(&mut job, Duration::from_secs(120));
+    assert!(
+        js.is_some_and(|s| s.success()),
+        "the trainer failed beside a stopped agent: {js:?}"
+    );
+    // The freshness limit, and host scheduling slack on a busy 2-core machine (a launch admitted
+    // just before the limit may reach the GPU's queue later). Without the limit, launches came
+    // 4-13 ms after a stop (2 runs in 3).
+    let (fresh, slack) = (1_000_000, 5_000_000);
+    let queued = kernels();
+    for (a, b) in &stops {
+        let late: Vec<f64> = queued
+            .iter()
+            .filter(|&&q| q >= a + fresh + slack && q < *b)
+            .map(|&q| (q - a) as f64 / 1e6)
+            .collect();
+        assert!(
+            late.is_empty(),
+            "launches queued {late:?} ms after the agent stopped"
+        );
+    }
+    assert!(
+        after > before_end,
+        "the side task did not go on after the stops"
+    );
+}
+
 #[test]
 fn crashed_sidetasks_are_dropped_and_the_others_go_on() {
     let _s = serial();
@@ -517,7 +617,7 @@ fn the_trainers_memory_on_every_path_shows_in_the_agents_view() {
 fn plant_ring(dir: &Path, version: u32) -> PathBuf {
     use std::os::unix::fs::{FileExt, OpenOptionsExt};
     let pid = std::process::id();
-    let start = freeride_abi::now_ns();
+    let start = now_ns();
     let path = dir.join(freeride_abi::session::ring_file_name(pid, start));
     let f = std::fs::OpenOptions::new()
         .create_new(true)
