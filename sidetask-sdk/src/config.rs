@@ -55,7 +55,8 @@ pub struct TaskConfig {
     pub poll_max_us: u64,
     /// Polling for an agent that is not there (no grant file).
     pub no_agent_poll_ms: u64,
-    /// A grant whose heartbeat is older than this is closed (0: ignore the heartbeat).
+    /// A grant whose heartbeat is older than this is closed, as is an open grant whose heartbeat
+    /// is older than the freshness limit it carries (the agent's: 1 ms) (0: ignore the heartbeat).
     pub heartbeat_stale_ms: u64,
     /// Priority among the side tasks of a GPU (higher first): the agent gives each bubble to the
     /// most important tasks whose next step fits; a task below a grant's `min_priority` waits.
