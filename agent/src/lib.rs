@@ -12,6 +12,7 @@ pub mod layout;
 pub mod memview;
 pub mod node;
 pub mod report;
+pub mod report_lag;
 pub mod scratch;
 pub mod sidetasks;
 pub mod status;

@@ -6,6 +6,7 @@ use crate::grant_log::GrantLog;
 use crate::grants::{decide_all, GrantPolicy, Grants};
 use crate::inference::gpus::Gpus;
 use crate::inference::{Bubble, GpuId, Ns, OpenBubble};
+use crate::report_lag::ReportLag;
 use crate::watchdog::{Watchdog, WatchdogPolicy};
 use freeride_abi::Role;
 use std::collections::BTreeMap;
@@ -56,6 +57,8 @@ pub struct Node {
     watchdog: Option<Watchdog>,
     /// Wakes the agent between bubbles when a trainer's comm poller rings.
     bell: Bell,
+    /// How late GPU-side observations reach the agent.
+    report_lag: ReportLag,
 }
 
 impl Node {
@@ -69,6 +72,7 @@ impl Node {
             grants: None,
             watchdog: None,
             bell: Bell::new(dir),
+            report_lag: ReportLag::default(),
         }
     }
 
@@ -107,6 +111,11 @@ impl Node {
         self.watchdog.as_ref()
     }
 
+    /// How late GPU-side observations have reached this agent (the newest ones).
+    pub fn report_lag(&self) -> &ReportLag {
+        &self.report_lag
+    }
+
     /// Grants opened so far, per GPU.
     pub fn grants_opened(&self) -> BTreeMap<GpuId, u64> {
         self.grants
@@ -122,6 +131,7 @@ impl Node {
         self.obs.clear();
         self.collector.poll(now, &mut self.obs);
         for o in &self.obs {
+            self.report_lag.note(&o.obs, now);
             self.gpus.observe(o.pid, o.gpu, o.obs, now);
         }
         for (pid, gpu, bubble) in self.gpus.take_closed() {

@@ -1,8 +1,10 @@
 //! Which stream waits for what, as far as the hooks need it: per stream, the last communication op
-//! queued on it ([`comm_queued`]); per event, its latest record: the stream and that stream's last
-//! communication op then ([`recorded`], [`last_record`]). So an `EventRecord` names the comm op it
+//! queued on it ([`comm_queued`]) and the timing event that completes with it ([`comm_timed`]);
+//! per event, its latest record: the stream and that stream's last communication op then, with
+//! the op's end event ([`recorded`], [`last_record`]). So an `EventRecord` names the comm op it
 //! follows, and a `StreamWait` whether the event it waits for follows one (such a wait is timed:
-//! it is where a compute stream may stall on communication).
+//! it is where a compute stream may stall on communication), and whether that op has already
+//! ended (then the wait cannot hold its stream and is not timed).
 //!
 //! Hook path: fixed direct-mapped tables of seqlocked slots, no allocation, no lock, no system
 //! call. A slot is keyed by the handle; two handles that map to one slot replace each other (the
@@ -19,6 +21,7 @@ struct Slot {
     key: AtomicU64,
     a: AtomicU64,
     b: AtomicU64,
+    c: AtomicU64,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -27,6 +30,7 @@ const SLOT_INIT: Slot = Slot {
     key: AtomicU64::new(0),
     a: AtomicU64::new(0),
     b: AtomicU64::new(0),
+    c: AtomicU64::new(0),
 };
 
 static STREAMS: [Slot; STREAM_SLOTS] = [SLOT_INIT; STREAM_SLOTS];
@@ -39,27 +43,47 @@ fn index(h: u64, n: usize) -> usize {
     (x >> 40) as usize % n
 }
 
-/// Stored keys are the handle + 1, so that handle 0 (the legacy default stream) is a key.
+/// Takes slot `s` for writing (its sequence made odd); None if another thread is writing it.
 #[inline(always)]
-fn write(t: &[Slot], h: u64, a: u64, b: u64) {
-    let s = &t[index(h, t.len())];
+fn lock(s: &Slot) -> Option<u32> {
     let seq = s.seq.load(Ordering::Relaxed);
     if seq & 1 == 1
         || s.seq
             .compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
     {
-        return;
+        return None;
     }
     fence(Ordering::Release);
+    Some(seq)
+}
+
+/// Stored keys are the handle + 1, so that handle 0 (the legacy default stream) is a key.
+#[inline(always)]
+fn write(t: &[Slot], h: u64, [a, b, c]: [u64; 3]) {
+    let s = &t[index(h, t.len())];
+    let Some(seq) = lock(s) else { return };
     s.key.store(h.wrapping_add(1), Ordering::Relaxed);
     s.a.store(a, Ordering::Relaxed);
     s.b.store(b, Ordering::Relaxed);
+    s.c.store(c, Ordering::Relaxed);
+    s.seq.store(seq + 2, Ordering::Release);
+}
+
+/// Sets the `b` word of handle `h`'s slot if the slot is still `h`'s and its `a` word passes
+/// `check` (checked and written under the slot's lock: no other writer in between).
+#[inline(always)]
+fn update_b(t: &[Slot], h: u64, check: impl FnOnce(u64) -> bool, b: u64) {
+    let s = &t[index(h, t.len())];
+    let Some(seq) = lock(s) else { return };
+    if s.key.load(Ordering::Relaxed) == h.wrapping_add(1) && check(s.a.load(Ordering::Relaxed)) {
+        s.b.store(b, Ordering::Relaxed);
+    }
     s.seq.store(seq + 2, Ordering::Release);
 }
 
 #[inline(always)]
-fn read(t: &[Slot], h: u64) -> Option<(u64, u64)> {
+fn read(t: &[Slot], h: u64) -> Option<[u64; 3]> {
     let s = &t[index(h, t.len())];
     for _ in 0..4 {
         let s1 = s.seq.load(Ordering::Acquire);
@@ -67,41 +91,56 @@ fn read(t: &[Slot], h: u64) -> Option<(u64, u64)> {
             std::hint::spin_loop();
             continue;
         }
-        let (k, a, b) = (
+        let (k, a, b, c) = (
             s.key.load(Ordering::Relaxed),
             s.a.load(Ordering::Relaxed),
             s.b.load(Ordering::Relaxed),
+            s.c.load(Ordering::Relaxed),
         );
         fence(Ordering::Acquire);
         if s.seq.load(Ordering::Relaxed) == s1 {
-            return (k == h.wrapping_add(1)).then_some((a, b));
+            return (k == h.wrapping_add(1)).then_some([a, b, c]);
         }
     }
     None
 }
 
-/// Hook path: comm op `key` ([`freeride_abi::event::op_key`]) was queued on `stream`.
+/// Hook path: comm op `key` ([`freeride_abi::event::op_key`]) was queued on `stream` (its end
+/// event is not known yet).
 #[inline]
 pub fn comm_queued(stream: u64, key: u64) {
-    write(&STREAMS, stream, key, 0);
+    write(&STREAMS, stream, [key, 0, 0]);
 }
 
-/// The last comm op queued on `stream` (0: none seen).
+/// Hook path: the work of comm op `ids` (its op key, or a group's `group << 32` for all its ops
+/// on the stream) is timed on `stream`; `end_event` (a driver event handle) completes with it, or
+/// later: a timing event is recorded again only after its op has ended. Noted only while the
+/// stream's last comm op is still that one (or one of that group).
 #[inline]
-pub fn last_comm(stream: u64) -> u64 {
-    read(&STREAMS, stream).map_or(0, |(k, _)| k)
+pub fn comm_timed(stream: u64, ids: u64, end_event: u64) {
+    let same = |key: u64| key == ids || (ids as u32 == 0 && key >> 32 == ids >> 32);
+    update_b(&STREAMS, stream, same, end_event);
 }
 
-/// Hook path: `event` was recorded on `stream`, after comm op `key` (0: none).
+/// The last comm op queued on `stream` and its end event: (op key, event); (0, _): none seen,
+/// (_, 0): its end event is not known.
 #[inline]
-pub fn recorded(event: u64, stream: u64, key: u64) {
-    write(&EVENTS, event, stream, key);
+pub fn last_comm(stream: u64) -> (u64, u64) {
+    read(&STREAMS, stream).map_or((0, 0), |[k, e, _]| (k, e))
 }
 
-/// The latest record of `event`: (stream, the comm op it followed); `None`: not seen.
+/// Hook path: `event` was recorded on `stream`, after comm op `key` (0: none), whose end event
+/// is `end_event` (0: not known).
 #[inline]
-pub fn last_record(event: u64) -> Option<(u64, u64)> {
-    read(&EVENTS, event)
+pub fn recorded(event: u64, stream: u64, key: u64, end_event: u64) {
+    write(&EVENTS, event, [stream, key, end_event]);
+}
+
+/// The latest record of `event`: (stream, the comm op it followed, that op's end event);
+/// `None`: not seen.
+#[inline]
+pub fn last_record(event: u64) -> Option<(u64, u64, u64)> {
+    read(&EVENTS, event).map(|[s, k, e]| (s, k, e))
 }
 
 /// Fork child: the parent's streams and events are not the child's.
@@ -120,17 +159,38 @@ mod tests {
     fn records_and_comm_ops_are_remembered_per_handle() {
         comm_queued(0, 7);
         comm_queued(0x7f00_0000_1000, 9 << 32);
-        assert_eq!(last_comm(0), 7);
-        assert_eq!(last_comm(0x7f00_0000_1000), 9 << 32);
-        assert_eq!(last_comm(0x7f00_0000_2000), 0);
-        recorded(0x5500_0000_0040, 0x7f00_0000_1000, 9 << 32);
+        assert_eq!(last_comm(0), (7, 0));
+        assert_eq!(last_comm(0x7f00_0000_1000), (9 << 32, 0));
+        assert_eq!(last_comm(0x7f00_0000_2000), (0, 0));
+        // Its timing names the op's end event; a new op on the stream forgets it.
+        comm_timed(0x7f00_0000_1000, 9 << 32, 0xe0);
+        assert_eq!(last_comm(0x7f00_0000_1000), (9 << 32, 0xe0));
+        comm_timed(0, 8, 0xe4);
+        assert_eq!(last_comm(0), (7, 0), "another op's timing");
+        comm_timed(0, 7, 0xe4);
+        assert_eq!(last_comm(0), (7, 0xe4));
+        // A group's timing covers its ops on the stream.
+        comm_queued(0x7f00_0000_4000, 5 | 11 << 32);
+        comm_timed(0x7f00_0000_4000, 12 << 32, 0xec);
+        assert_eq!(
+            last_comm(0x7f00_0000_4000),
+            (5 | 11 << 32, 0),
+            "another group"
+        );
+        comm_timed(0x7f00_0000_4000, 11 << 32, 0xec);
+        assert_eq!(last_comm(0x7f00_0000_4000), (5 | 11 << 32, 0xec));
+        comm_timed(0x7f00_0000_3000, 0, 0xe8);
+        assert_eq!(last_comm(0x7f00_0000_3000), (0, 0), "no op on that stream");
+        recorded(0x5500_0000_0040, 0x7f00_0000_1000, 9 << 32, 0xe0);
         assert_eq!(
             last_record(0x5500_0000_0040),
-            Some((0x7f00_0000_1000, 9 << 32))
+            Some((0x7f00_0000_1000, 9 << 32, 0xe0))
         );
+        comm_queued(0x7f00_0000_1000, 10 << 32);
+        assert_eq!(last_comm(0x7f00_0000_1000), (10 << 32, 0));
         // A later record replaces the earlier one.
-        recorded(0x5500_0000_0040, 3, 0);
-        assert_eq!(last_record(0x5500_0000_0040), Some((3, 0)));
+        recorded(0x5500_0000_0040, 3, 0, 0);
+        assert_eq!(last_record(0x5500_0000_0040), Some((3, 0, 0)));
         assert_eq!(last_record(0x5500_0000_0080), None);
     }
 }

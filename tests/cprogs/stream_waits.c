@@ -4,10 +4,13 @@
  * comm stream's event recorded and the compute stream made to wait for it (timed: it follows
  * communication), and the compute stream's event recorded and the comm stream made to wait for
  * it (not timed: no communication before it). Linked against the stand-in libcudart.so.13 and
- * libnccl.so.2; run under LD_PRELOAD=libfreeride.so. Prints "OK" at the end.
- *   stream_waits <rounds> */
+ * libnccl.so.2; run under LD_PRELOAD=libfreeride.so. Prints "OK" at the end. With "synced", each
+ * GPU is synchronized after the group, before its events are recorded: the compute stream's wait
+ * is then on communication that has ended (not worth timing).
+ *   stream_waits <rounds> [synced] */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 int cudaSetDevice(int);
 int cudaStreamCreate(void **);
 int cudaEventCreate(void **);
@@ -22,6 +25,7 @@ int ncclAllReduce(const void *, void *, size_t, int, int, void *, void *);
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     int rounds = argc > 1 ? atoi(argv[1]) : 3;
+    int synced = argc > 2 && strcmp(argv[2], "synced") == 0;
     int devs[2] = {0, 1};
     void *comms[2] = {0, 0}, *compute[2] = {0, 0}, *comm[2] = {0, 0}, *done[2] = {0, 0}, *ready[2] = {0, 0};
     if (cudaSetDevice(0) != 0) { printf("no device\n"); return 1; }
@@ -40,6 +44,7 @@ int main(int argc, char **argv) {
         if (ncclGroupEnd() != 0) { printf("group failed\n"); return 1; }
         for (int d = 0; d < 2; d++) {
             if (cudaSetDevice(d) != 0) return 1;
+            if (synced && cudaDeviceSynchronize() != 0) { printf("sync failed\n"); return 1; }
             if (cudaEventRecord(done[d], comm[d]) != 0) { printf("record failed\n"); return 1; }
             if (cudaStreamWaitEvent(compute[d], done[d], 0) != 0) { printf("wait failed\n"); return 1; }
             if (cudaEventRecordWithFlags(ready[d], compute[d], 0) != 0) { printf("record failed\n"); return 1; }

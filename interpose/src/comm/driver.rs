@@ -157,6 +157,17 @@ impl Driver {
         unsafe { f(ev as *mut c_void, stream as *mut c_void) == CUDA_SUCCESS }
     }
 
+    /// Whether event `ev` (one of ours) has completed, by the real `cuEventQuery`; false if the
+    /// driver cannot say.
+    pub(super) fn completed(&self, ev: usize) -> bool {
+        let Some(f) = self.event_query else {
+            return false;
+        };
+        // SAFETY: real cuEventQuery on a timing-pool event (created by us, never destroyed while
+        // the process runs).
+        unsafe { f(ev as *mut c_void) == CUDA_SUCCESS }
+    }
+
     pub fn ctx_device(&self) -> i32 {
         let Some(f) = self.ctx_get_device else {
             return -1;

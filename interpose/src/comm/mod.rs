@@ -137,6 +137,15 @@ pub fn wait_timing_on() -> bool {
     }
 }
 
+/// Hook path: whether the comm op whose end event is `end_event` (as [`crate::waits`] noted it;
+/// 0: not known) has ended on the GPU: a stream wait queued now on an event recorded after it
+/// cannot hold its stream, and is not worth timing. One real `cuEventQuery`. A timing event is
+/// recorded again only once its pair's op was reported ended, so a completed event never speaks
+/// for an op still in flight.
+pub fn ended(end_event: u64) -> bool {
+    end_event != 0 && driver().is_some_and(|d| d.completed(end_event as usize))
+}
+
 /// Hook path, before a stream wait that is worth timing is queued: a pair whose begin event is
 /// recorded on the waiting stream `stream` (it completes when the stream reaches the wait).
 pub fn begin_wait(stream: u64) -> Result<usize, Untimed> {

@@ -278,6 +278,9 @@ pub(super) fn end(
         p.state.store(FREE, Ordering::Release);
         return Err(Untimed::DriverError);
     }
+    if what == WHAT_OP {
+        crate::waits::comm_timed(stream, ids, p.ev_e.load(Ordering::Relaxed) as u64);
+    }
     p.what.store(what, Ordering::Relaxed);
     p.api.store(api as u32, Ordering::Relaxed);
     p.ids.store(ids, Ordering::Relaxed);

@@ -2,7 +2,12 @@
 //! after the real call succeeded, with the host time before it ([`Kind::EventRecord`],
 //! [`Kind::StreamWait`]). A wait for an event whose latest record followed a communication op on
 //! another stream is timed on the GPU ([`comm::begin_wait`]: where the waiting stream reached the
-//! wait, where it was released), unless `FREERIDE_WAIT_TIMING=0`.
+//! wait, where it was released), unless `FREERIDE_WAIT_TIMING=0` or the op had already ended
+//! when the wait was queued ([`comm::ended`]: such a wait cannot hold its stream on
+//! communication, only on compute queued after the op, which keeps the GPU busy). It is recorded
+//! with its op, untimed, and the agent reads it as any untimed wait: released by its op's end.
+//! Not timing those saves a timing pair, and its threads' wake-ups, on every step of a job whose
+//! host waits for its communication before it queues what depends on it.
 
 use super::*;
 use crate::waits;
@@ -18,8 +23,8 @@ fn event_record(api: Api, event: P, stream: P, flags: u32, call: impl FnOnce() -
     let t = now_ns();
     let r = call();
     if g.is_some() && r == 0 && rt::active() {
-        let key = waits::last_comm(stream as u64);
-        waits::recorded(event as u64, stream as u64, key);
+        let (key, end_event) = waits::last_comm(stream as u64);
+        waits::recorded(event as u64, stream as u64, key, end_event);
         rt::record(
             Kind::EventRecord,
             api,
@@ -43,8 +48,9 @@ fn stream_wait(api: Api, stream: P, event: P, flags: u32, call: impl FnOnce() ->
     }
     let t = now_ns();
     let (s, e) = (stream as u64, event as u64);
-    let key = waits::last_record(e).map_or(0, |(rs, k)| if rs != s { k } else { 0 });
-    let (wait, timing) = if key != 0 && comm::wait_timing_on() {
+    let (key, end_event) =
+        waits::last_record(e).map_or((0, 0), |(rs, k, ev)| if rs != s { (k, ev) } else { (0, 0) });
+    let (wait, timing) = if key != 0 && comm::wait_timing_on() && !comm::ended(end_event) {
         let w = comm::next_wait();
         (w, Some(comm::begin_wait(s)))
     } else {

@@ -17,8 +17,26 @@ use std::sync::Mutex;
 /// One pipeline at a time: the 2-core machine is shared.
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// A run of `freeride sim`. One during which the hypervisor took more than
+/// [`freeride_tests::STEAL_LIMIT`] of the machine's CPU is run again (up to three runs; the last
+/// one counts whatever it says): the agent's timing is what these tests judge, and a host in a slow
+/// spell starves the simulated GPUs of CPU. Which run counts never depends on its figures.
 fn sim(args: &[&str]) -> Value {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..2 {
+        let (r, steal) = freeride_tests::stolen_during(|| sim_once(args));
+        if steal <= freeride_tests::STEAL_LIMIT {
+            return r;
+        }
+        eprintln!(
+            "freeride sim {args:?}: the hypervisor took {:.0} % of the CPU; running it again",
+            100.0 * steal
+        );
+    }
+    sim_once(args)
+}
+
+fn sim_once(args: &[&str]) -> Value {
     let out = Command::new(built("freeride"))
         .arg("sim")
         .args(args)

@@ -13,10 +13,12 @@ use std::sync::OnceLock;
 const ROUNDS: usize = 4;
 
 fn run() -> Vec<Value> {
-    run_with(&[])
+    run_with(&[], &[])
 }
 
-fn run_with(extra: &[(&str, &str)]) -> Vec<Value> {
+/// The program's run (`args` after the round count), its records. Each all-reduce's transfer
+/// takes about 5 ms (so that it is still in flight when the program queues the wait for it).
+fn run_with(args: &[&str], extra: &[(&str, &str)]) -> Vec<Value> {
     // Compiled once per test binary (its tests run in parallel).
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     let bin = BIN.get_or_init(|| freeride_tests::cprog("stream_waits", &["-lcudart", "-lnccl"]));
@@ -26,10 +28,16 @@ fn run_with(extra: &[(&str, &str)]) -> Vec<Value> {
         ("FREERIDE_SIM_DEVICES", "4"),
         ("CUDA_VISIBLE_DEVICES", "3,1"),
         ("FREERIDE_TRACE", trace.to_str().unwrap()),
+        ("FREERIDE_SIM_NCCL_PS_PER_BYTE", "20000"),
     ];
     env.extend_from_slice(extra);
     let out = bed
-        .cmd(bin, "trainer", &[&ROUNDS.to_string()], &env)
+        .cmd(
+            bin,
+            "trainer",
+            &[&[ROUNDS.to_string().as_str()], args].concat(),
+            &env,
+        )
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -168,7 +176,7 @@ fn records_name_the_physical_gpu_and_waits_follow_their_records() {
 /// `FREERIDE_WAIT_TIMING=0`: the waits are recorded (with the op they follow), none is timed.
 #[test]
 fn waits_are_untimed_when_wait_timing_is_off() {
-    let ev = run_with(&[("FREERIDE_WAIT_TIMING", "0")]);
+    let ev = run_with(&[], &[("FREERIDE_WAIT_TIMING", "0")]);
     let waits: Vec<&Value> = ev
         .iter()
         .filter(|e| e["kind"] == "stream_wait" && e["in_comm"] == false)
@@ -186,6 +194,31 @@ fn waits_are_untimed_when_wait_timing_is_off() {
         );
     }
     // The comm ops are still timed.
+    assert_eq!(
+        ev.iter().filter(|e| e["kind"] == "comm_end").count(),
+        2 * ROUNDS
+    );
+}
+
+/// A wait queued after the communication it waits for has ended (the program synchronized each
+/// GPU first) cannot hold its stream: it is recorded with the op it follows, and not timed.
+#[test]
+fn a_wait_on_communication_that_has_ended_is_not_timed() {
+    let ev = run_with(&["synced"], &[]);
+    let waits: Vec<&Value> = ev
+        .iter()
+        .filter(|e| e["kind"] == "stream_wait" && e["in_comm"] == false)
+        .collect();
+    assert_eq!(waits.len(), 4 * ROUNDS);
+    let on_comm: Vec<&&Value> = waits.iter().filter(|w| w["op_key"] != 0).collect();
+    assert_eq!(on_comm.len(), 2 * ROUNDS, "{waits:?}");
+    assert!(on_comm.iter().all(|w| w["wait"] == 0), "{on_comm:?}");
+    for k in ["wait_begin", "wait_end", "wait_untimed"] {
+        assert!(
+            ev.iter().all(|e| e["kind"] != k),
+            "a {k} for a wait on ended communication"
+        );
+    }
     assert_eq!(
         ev.iter().filter(|e| e["kind"] == "comm_end").count(),
         2 * ROUNDS

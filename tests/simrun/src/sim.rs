@@ -22,6 +22,7 @@ use freeride_agent::grants::GrantPolicy;
 use freeride_agent::inference::score::{clip, merge, Tally};
 use freeride_agent::inference::Ns;
 use freeride_agent::node::{BubbleRecord, Node};
+use freeride_agent::report_lag::ReportLag;
 use freeride_agent::scratch::ScratchDir;
 use pipesim::cli::JobArgs;
 use pipesim::topology::Topology;
@@ -52,6 +53,8 @@ pub struct SimResult {
     /// CPU time of the agent's thread over the run, and the run's length.
     pub agent_cpu_ns: u64,
     pub agent_wall_ns: u64,
+    /// How late GPU-side observations reached the agents (all nodes).
+    pub report_lag: ReportLag,
     pub warnings: Vec<String>,
     /// Side-task processes that ran beside the job.
     pub sidetask_pids: Vec<u32>,
@@ -267,6 +270,8 @@ pub struct AgentRun {
     /// CPU time of the agent's thread, and how long it ran.
     pub cpu_ns: u64,
     pub wall_ns: u64,
+    /// How late GPU-side observations reached the agent.
+    pub report_lag: ReportLag,
 }
 
 /// CPU time of the calling thread so far.
@@ -308,6 +313,7 @@ pub fn agent_loop(dir: &Path, stop: &AtomicBool, grants: Option<GrantPolicy>) ->
         warnings,
         cpu_ns: thread_cpu_ns().saturating_sub(cpu0),
         wall_ns: now_ns().saturating_sub(wall0),
+        report_lag: node.report_lag().clone(),
     }
 }
 
@@ -400,6 +406,7 @@ pub fn run(
         dropped: run.dropped,
         agent_cpu_ns: run.cpu_ns,
         agent_wall_ns: run.wall_ns,
+        report_lag: run.report_lag,
         warnings: run.warnings,
         nodes: topo.nodes,
         ranks_per_node: topo.gpus_per_node(),

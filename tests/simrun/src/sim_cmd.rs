@@ -123,7 +123,7 @@ pub fn main(a: SimArgs) -> i32 {
                 "idle": it.ranks.iter().map(|r| r.idle_intervals.clone()).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
             "side": res.kernels.iter().filter(|k| res.sidetask_pids.contains(&k.pid)).map(|k| json!([k.device, k.start_ns, k.end_ns])).collect::<Vec<_>>(),
-            "trainer": res.kernels.iter().filter(|k| !res.sidetask_pids.contains(&k.pid)).map(|k| json!([k.device, k.queued_ns, k.start_ns, k.end_ns, k.kind])).collect::<Vec<_>>(),
+            "trainer": res.kernels.iter().filter(|k| !res.sidetask_pids.contains(&k.pid)).map(|k| json!([k.device, k.queued_ns, k.start_ns, k.end_ns, k.kind, k.transfer_start_ns, k.pid, k.stream, k.kernel])).collect::<Vec<_>>(),
             "bubbles": res.bubbles.iter().map(|b| json!([b.pid, b.bubble.start, b.bubble.end, b.bubble.opened_seen, b.bubble.closed_seen, b.bubble.predicted_end])).collect::<Vec<_>>(),
             "grants": res.grant_logs.iter().enumerate().flat_map(|(node, log)| log.gpus().into_iter().map(move |g| json!({"node": node, "gpu": g.to_string(), "intervals": log.intervals(g)}))).collect::<Vec<_>>(),
             "bubble_gpus": res.bubbles.iter().map(|b| (b.pid, b.gpu.to_string())).collect::<std::collections::BTreeSet<_>>(),
@@ -182,6 +182,13 @@ pub fn main(a: SimArgs) -> i32 {
             "dropped": res.dropped,
             "cpu_ms": r(res.agent_cpu_ns as f64 / 1e6, 1),
             "cpu_share": r(res.agent_cpu_ns as f64 / res.agent_wall_ns.max(1) as f64, 4),
+            // From a GPU-side record's time to when the agent read it: the end of a bubble that
+            // came before its prediction is seen this much later.
+            "report_lag_us": {
+                "p50": res.report_lag.quantile_us(0.5),
+                "p90": res.report_lag.quantile_us(0.9),
+                "p99": res.report_lag.quantile_us(0.99),
+            },
             "per_node": res.per_node.iter().map(|&(events, bubbles)| json!({"events": events, "bubbles": bubbles})).collect::<Vec<_>>(),
         },
     });

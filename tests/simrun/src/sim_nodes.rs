@@ -5,6 +5,7 @@
 //! agents saw is merged for scoring.
 use crate::sim::{agent_loop, AgentRun};
 use freeride_agent::grants::GrantPolicy;
+use freeride_agent::report_lag::ReportLag;
 use freeride_agent::scratch::ScratchDir;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -78,6 +79,7 @@ impl Agents {
             warnings: vec![],
             cpu_ns: 0,
             wall_ns: 0,
+            report_lag: ReportLag::default(),
         };
         let mut panicked = false;
         let mut per_node = vec![];
@@ -92,6 +94,7 @@ impl Agents {
                     all.warnings.extend(r.warnings);
                     all.cpu_ns += r.cpu_ns;
                     all.wall_ns = all.wall_ns.max(r.wall_ns);
+                    all.report_lag.merge(&r.report_lag);
                 }
                 Err(_) => panicked = true,
             }
