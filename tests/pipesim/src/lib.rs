@@ -19,6 +19,7 @@ pub mod cli;
 pub mod config;
 pub mod csv;
 pub mod devices;
+pub mod host;
 pub mod lower;
 pub mod model;
 pub mod noise;

@@ -87,6 +87,7 @@ pub fn main(a: SimArgs) -> i32 {
     if let Err(e) = sim::ensure_testbed_built() {
         return fail(e);
     }
+    let ticks0 = pipesim::host::cpu_ticks();
     let side = (a.sidetasks > 0).then(|| sim::SideTasks {
         per_gpu: a.sidetasks,
         kind: a.sidetask_kind.clone(),
@@ -191,6 +192,10 @@ pub fn main(a: SimArgs) -> i32 {
             },
             "per_node": res.per_node.iter().map(|&(events, bubbles)| json!({"events": events, "bubbles": bubbles})).collect::<Vec<_>>(),
         },
+        // The share of this machine's CPU the hypervisor took while the command ran: the simulated
+        // GPUs run on the CPU, so a figure from a run that lost more than a few percent is not
+        // the agent's alone.
+        "host": {"cpu_steal_share": r(pipesim::host::stolen_share(ticks0, pipesim::host::cpu_ticks()), 4)},
     });
     let mut report = report;
     let grants = freeride_sim::sim_grants::score(&res);
