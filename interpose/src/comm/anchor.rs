@@ -17,6 +17,10 @@ const ANCHOR_TRIES: usize = 4;
 pub(super) const ANCHOR_MAX_AGE_NS: u64 = 2_000_000_000;
 /// At most one re-anchor this often when a time failed the causality check.
 pub(super) const ANCHOR_RETRY_NS: u64 = 100_000_000;
+/// An anchor whose host window was wider than twice this (the poller or the GPU's completion was
+/// late: a busy host) is tried again every [`ANCHOR_RETRY_NS`] while ops flow, and replaced by a
+/// tighter one: otherwise every time for up to [`ANCHOR_MAX_AGE_NS`] carries its error.
+pub(super) const TIGHT_ANCHOR_NS: u64 = 50_000;
 /// Resolution of `cuEventElapsedTime` (about 0.5 µs), added to every uncertainty.
 const ELAPSED_RESOLUTION_NS: u64 = 500;
 /// A GPU-clock time further than this outside [queued, now] (beyond its uncertainty) means the
@@ -40,6 +44,15 @@ impl Anchor {
             host_ns: AtomicU64::new(0),
             unc_ns: AtomicU64::new(0),
             stale: AtomicBool::new(false),
+        }
+    }
+
+    /// The uncertainty of the current anchor's host time (0 without one).
+    pub(super) fn uncertainty_ns(&self) -> u64 {
+        if self.ev.load(Ordering::Relaxed) == 0 {
+            0
+        } else {
+            self.unc_ns.load(Ordering::Relaxed)
         }
     }
 
@@ -116,7 +129,8 @@ impl Clock {
 
     /// Maps a fresh reference event to the host clock. Slow path (poller thread only): records
     /// on the idle private stream, waits for completion, keeps the tightest of a few windows.
-    pub(super) fn anchor(&mut self, d: &Driver, a: &Anchor) -> bool {
+    /// `only_tighter`: keep the current anchor unless the new one is tighter (false: not taken).
+    pub(super) fn anchor(&mut self, d: &Driver, a: &Anchor, only_tighter: bool) -> bool {
         let (Some(rec), Some(query)) = (d.event_record, d.event_query) else {
             return false;
         };
@@ -164,6 +178,10 @@ impl Clock {
         let Some((ev, host, w)) = best else {
             return false;
         };
+        if only_tighter && w.div_ceil(2) >= a.uncertainty_ns() {
+            // This set's events hold no anchor in use: the next try records them again.
+            return false;
+        }
         a.host_ns.store(host, Ordering::Relaxed);
         a.unc_ns.store(w.div_ceil(2), Ordering::Relaxed);
         a.ev.store(ev, Ordering::Relaxed);

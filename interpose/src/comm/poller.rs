@@ -1,6 +1,8 @@
 //! The poller thread and the lanes' waiter threads (see the [`super`] and [`notify`] docs): the
 //! anchors (one per timing pool), one poll of the armed pairs, the doorbell, the cadence.
-use super::anchor::{gpu_time, Clock, ANCHOR_MAX_AGE_NS, ANCHOR_RETRY_NS, CAUSALITY_SLACK_NS};
+use super::anchor::{
+    gpu_time, Clock, ANCHOR_MAX_AGE_NS, ANCHOR_RETRY_NS, CAUSALITY_SLACK_NS, TIGHT_ANCHOR_NS,
+};
 use super::driver::{Driver, CUDA_ERROR_NOT_READY, CUDA_SUCCESS, DRIVER};
 use super::notify;
 use super::pool::{self, Pair, Pool, ARMED, FREE, POOL, POOLS, POOL_GEN, WHAT_WAIT};
@@ -94,10 +96,12 @@ struct PoolClock {
 /// Keeps pool `pool`'s anchor fresh (its context made current on the poller thread).
 fn keep_anchor(d: &Driver, pool: &Pool, c: &mut PoolClock, now: u64) {
     let a = &pool.anchor;
-    let want = a.ev.load(Ordering::Relaxed) == 0
+    let must = a.ev.load(Ordering::Relaxed) == 0
         || a.stale.load(Ordering::Relaxed)
         || (now.saturating_sub(c.anchored_at) > ANCHOR_MAX_AGE_NS && pool::any_armed(pool));
-    if !want || (c.tried_at != 0 && now.saturating_sub(c.tried_at) <= ANCHOR_RETRY_NS) {
+    // A loose anchor (taken while the host was busy) is tried again, kept unless one is tighter.
+    let loose = a.uncertainty_ns() > TIGHT_ANCHOR_NS && pool::any_armed(pool);
+    if !(must || loose) || (c.tried_at != 0 && now.saturating_sub(c.tried_at) <= ANCHOR_RETRY_NS) {
         return;
     }
     c.tried_at = now;
@@ -112,7 +116,7 @@ fn keep_anchor(d: &Driver, pool: &Pool, c: &mut PoolClock, now: u64) {
     while POLLING.swap(true, Ordering::Acquire) {
         std::thread::yield_now();
     }
-    if clock.anchor(d, a) {
+    if clock.anchor(d, a, !must) {
         c.anchored_at = now;
     }
     POLLING.store(false, Ordering::Release);

@@ -1,6 +1,7 @@
 //! The recent history of which process was resident (time-slicing), for transfers reported after
-//! the model has moved past their start: a communication kernel's body learns when its transfer
-//! began only when its peer posts, in real time, which may be after the clock went by.
+//! the model has moved past their start (a communication kernel's body learns when its transfer
+//! began only when its peer posts, in real time, which may be after the clock went by) and for
+//! event records whose stream thread reached them after the clock went by.
 use super::{Residency, Sched, EPS, HISTORY};
 use crate::config::Mode;
 
@@ -62,6 +63,16 @@ impl Sched {
                 return;
             }
         }
+    }
+
+    /// The first instant in `[from, to)` at which `slot` was resident, if any.
+    pub(crate) fn first_resident(&self, slot: u32, from: u64, to: u64) -> Option<u64> {
+        let mut first = None;
+        self.resident_intervals(slot, from, to, |a, _| {
+            first = Some(a);
+            true
+        });
+        first
     }
 
     /// Settles a transfer of `work` ns that began at `from` (before the clock `to`) of a kernel of

@@ -30,7 +30,10 @@
 //!   spinning NCCL kernel does.
 //! * An event record is an entry too ([`MARK`]): under time-slicing it takes its timestamp at the
 //!   first instant its process is resident, so an event pair around a kernel times the kernel,
-//!   not the wait for the device.
+//!   not the wait for the device. A record its stream thread submits after the clock went past
+//!   the time its stream reached it takes that time (or the first resident instant since, from
+//!   the residency history): a GPU's front end passes a record as soon as the work before it is
+//!   done, however late the host threads that simulate the GPU are.
 //!
 //! # Late stream threads: holds
 //! A stream thread reaches its next operation some microseconds to milliseconds after the logical
@@ -40,7 +43,8 @@
 //! `hold_after`, when its stream has more queued). [`Sched::advance`] never moves the clock past a
 //! hold; a hold older than [`Knobs::hold_ns`] of real time is ignored (a stopped or starved
 //! process must not freeze the device), and then that stream's work starts later than it would
-//! have. What the model has settled (everything before its clock) never changes again.
+//! have (its records excepted: they need no SMs and take their time in the past, see above).
+//! What the model has settled (everything before its clock) never changes again.
 mod history;
 mod share;
 mod step;
@@ -274,6 +278,15 @@ impl Sched {
         let seq = self.next_seq;
         self.next_seq += 1;
         let eligible = s.ready_ns.max(self.clock_ns);
+        // A record whose stream reached it before the clock (its stream thread came late) took
+        // its time then, at the first instant since that its process was resident: a GPU's front
+        // end passes a record as soon as the work before it is done, whatever the host threads
+        // that simulate it are doing.
+        let past = if s.mark && s.ready_ns < self.clock_ns {
+            self.first_resident(s.slot, s.ready_ns, self.clock_ns)
+        } else {
+            None
+        };
         let preemptible = s.comm || s.mark || s.work_ns >= self.knobs.slice_ns;
         let e = &mut self.entries[index];
         let gen = e.gen.wrapping_add(1);
@@ -305,6 +318,12 @@ impl Sched {
             },
             rate: 0.0,
         };
+        if let Some(t) = past {
+            e.state = DONE;
+            e.flags |= STARTED;
+            e.start_ns = t;
+            e.end_ns = t;
+        }
         Some(EntryId {
             index: index as u32,
             gen,

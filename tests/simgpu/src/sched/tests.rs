@@ -275,3 +275,40 @@ fn a_record_takes_its_time_when_its_process_is_resident() {
         .unwrap();
     assert_eq!(run(&mut s, rec), (3 * MS, 3 * MS));
 }
+
+#[test]
+fn a_record_submitted_late_takes_the_time_its_stream_reached_it() {
+    let mut s = Sched::new(knobs(Mode::Timeslice));
+    let mark = |ready| Submit {
+        mark: true,
+        ..kernel(0, 1, 0, ready)
+    };
+    // The trainer alone: its kernel ends at 1 ms, its stream thread submits the record after it
+    // only when the clock is at 4 ms (it woke late).
+    let k = s.submit(&kernel(0, 1, MS, 0)).unwrap();
+    assert_eq!(run(&mut s, k), (0, MS));
+    s.advance(4 * MS);
+    assert_eq!(s.clock_ns, 4 * MS);
+    let rec = s.submit(&mark(MS)).unwrap();
+    assert_eq!(
+        s.take_done(rec).map(|d| (d.start_ns, d.end_ns)),
+        Some((MS, MS))
+    );
+    // A side task then takes the device (from about 4 ms to 10 ms); a record due at 5 ms, when
+    // the trainer was not resident, takes the first instant it was again.
+    let side = s.submit(&kernel(1, 2, 6 * MS, 4 * MS)).unwrap();
+    let (a, b) = run(&mut s, side);
+    assert!(a >= 4 * MS && b > 9 * MS, "{a} {b}");
+    let t = s.submit(&kernel(0, 1, 100 * US, b)).unwrap();
+    let (back, _) = run(&mut s, t);
+    s.advance(back + 5 * MS);
+    let rec = s.submit(&mark(5 * MS)).unwrap();
+    let d = s.take_done(rec).expect("settled from the history");
+    assert_eq!(
+        d.start_ns, back,
+        "the trainer's first resident instant after 5 ms"
+    );
+    // Not late: as before, at its time.
+    let rec = s.submit(&mark(s.clock_ns + MS)).unwrap();
+    assert!(s.take_done(rec).is_none());
+}
