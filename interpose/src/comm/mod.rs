@@ -22,9 +22,10 @@
 //! small); one whose window was wider than 100 µs (taken while the host was busy) is tried again
 //! every 100 ms and replaced by a tighter one, so that a busy moment does not put its error on two
 //! seconds of records (measured on the 16-GPU test-bed job: records whose anchor was that loose
-//! went from 1 719 of 7 080 to 369; each try spins at most 1 ms, four tries). When the elapsed time is unavailable (no anchor, another context, an error) or fails a
-//! causality check, the record falls back to the midpoint of the poll interval that saw the event
-//! complete (`uncertainty_ns` = half that interval) and a re-anchor is requested.
+//! went from 1 719 of 7 080 to 369; each try spins at most 1 ms, four tries). When the elapsed
+//! time is unavailable (no anchor, another context, an error) or fails a causality check, the
+//! record falls back to the midpoint of the poll interval that saw the event complete
+//! (`uncertainty_ns` = half that interval) and a re-anchor is requested.
 //!
 //! Since the poll time no longer affects accuracy, only how soon a begin/end is reported, nothing
 //! polls on a timer where the driver can wake a thread instead ([`notify`]): per user stream a
