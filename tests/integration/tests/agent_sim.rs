@@ -232,6 +232,14 @@ fn a_changed_job_is_relearnt_within_three_iterations() {
         .as_u64()
         .unwrap_or_else(|| panic!("never relearnt: {r}"));
     assert!(n <= 3, "relearnt only after {n} iterations: {r}");
+    // Against the job's own steady state before the change (all right on this clean job), no
+    // later than against the fixed bar.
+    let before = c["right_predictions_before_change"].as_f64().unwrap();
+    assert!(before > 0.0 && before <= 1.0, "{r}");
+    let steady = c["relearned_to_steady_state_in_iterations"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("never back to its steady state: {r}"));
+    assert!(steady <= n, "{r}");
 }
 
 #[test]

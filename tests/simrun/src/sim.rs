@@ -192,6 +192,13 @@ pub struct Scores {
     /// scored) has too. Two in a row, not all later ones: one stall of the host in a late
     /// iteration does not undo the relearning.
     pub relearned_in: Option<usize>,
+    /// The job's steady state before the change: the share of right predictions over the scored
+    /// iterations before it (a noisy job's bubbles vary, so fewer than [`RELEARNED_SHARE`] are ever
+    /// right). None without a change or a scored iteration before it.
+    pub before_change: Option<f64>,
+    /// Iterations after the change until predictions are as right as before it: as
+    /// [`Scores::relearned_in`], with [`RELEARNED_SHARE`] of [`Scores::before_change`] as the bar.
+    pub relearned_to_steady_state_in: Option<usize>,
 }
 
 /// Bubbles scored for relearning are at least this long: a host stall of a millisecond on a
@@ -209,9 +216,15 @@ pub const RELEARNED_SHARE: f64 = 0.9;
 /// right, bubbles).
 fn relearn_curve(r: &SimResult, at: usize) -> Vec<(usize, usize)> {
     let its = &r.truth.iterations;
-    its[..its.len().saturating_sub(1)]
-        .iter()
-        .skip(at)
+    curve_of(
+        r,
+        &its[at.min(its.len().saturating_sub(1))..its.len().saturating_sub(1)],
+    )
+}
+
+/// (bubbles whose end was predicted right, bubbles) of each of `its`.
+fn curve_of(r: &SimResult, its: &[truth::Iteration]) -> Vec<(usize, usize)> {
+    its.iter()
         .map(|it| {
             let (mut n, mut good) = (0usize, 0usize);
             for b in r.bubbles.iter().map(|b| &b.bubble) {
@@ -517,6 +530,8 @@ pub fn score(r: &SimResult, change_at: Option<u32>) -> Scores {
         predicted_end_error_us: end_errors,
         after_change: vec![],
         relearned_in: None,
+        before_change: None,
+        relearned_to_steady_state_in: None,
     };
     if let Some(at) = change_at {
         let curve = relearn_curve(r, at as usize);
@@ -528,9 +543,19 @@ pub fn score(r: &SimResult, change_at: Option<u32>) -> Scores {
                 good as f64 / n as f64
             }
         };
-        let right = |j: usize| share(&curve[j..=j]) >= RELEARNED_SHARE;
-        scores.relearned_in =
-            (0..curve.len()).find(|&j| right(j) && (j + 1 == curve.len() || right(j + 1)));
+        let relearned = |bar: f64| {
+            let right = |j: usize| share(&curve[j..=j]) >= bar;
+            (0..curve.len()).find(|&j| right(j) && (j + 1 == curve.len() || right(j + 1)))
+        };
+        scores.relearned_in = relearned(RELEARNED_SHARE);
+        // The scored iterations before the change (the first two are learning).
+        let its = &r.truth.iterations;
+        let before = curve_of(r, &its[2.min(at as usize)..(at as usize).min(its.len())]);
+        if before.iter().any(|&(_, n)| n > 0) {
+            let steady = share(&before);
+            scores.before_change = Some(steady);
+            scores.relearned_to_steady_state_in = relearned(RELEARNED_SHARE * steady);
+        }
         scores.after_change = curve
             .iter()
             .map(|c| share(std::slice::from_ref(c)))

@@ -240,6 +240,10 @@ pub fn main(a: SimArgs) -> i32 {
             "microbatches": a.job.then_microbatches,
             "right_predictions_per_iteration": s.after_change.iter().map(|&v| r(v, 3)).collect::<Vec<_>>(),
             "relearned_in_iterations": s.relearned_in,
+            // A noisy job never has 90 % of its bubbles predicted right: the same bar against
+            // its share before the change.
+            "right_predictions_before_change": s.before_change.map(|v| r(v, 3)),
+            "relearned_to_steady_state_in_iterations": s.relearned_to_steady_state_in,
         });
     }
     if a.json {
