@@ -173,10 +173,9 @@ fn records_name_the_physical_gpu_and_waits_follow_their_records() {
     }
 }
 
-/// `FREERIDE_WAIT_TIMING=0`: the waits are recorded (with the op they follow), none is timed.
-#[test]
-fn waits_are_untimed_when_wait_timing_is_off() {
-    let ev = run_with(&[], &[("FREERIDE_WAIT_TIMING", "0")]);
+/// Checks that the program's waits were all recorded, those on communication with the op they
+/// follow, and none timed (`why`: what the message says of them), while its comm ops were timed.
+fn none_timed(ev: &[Value], why: &str) {
     let waits: Vec<&Value> = ev
         .iter()
         .filter(|e| e["kind"] == "stream_wait" && e["in_comm"] == false)
@@ -184,19 +183,25 @@ fn waits_are_untimed_when_wait_timing_is_off() {
     assert_eq!(waits.len(), 4 * ROUNDS);
     assert_eq!(
         waits.iter().filter(|w| w["op_key"] != 0).count(),
-        2 * ROUNDS
+        2 * ROUNDS,
+        "{waits:?}"
     );
     assert!(waits.iter().all(|w| w["wait"] == 0), "{waits:?}");
     for k in ["wait_begin", "wait_end", "wait_untimed"] {
-        assert!(
-            ev.iter().all(|e| e["kind"] != k),
-            "a {k} without wait timing"
-        );
+        assert!(ev.iter().all(|e| e["kind"] != k), "a {k} {why}");
     }
-    // The comm ops are still timed.
     assert_eq!(
         ev.iter().filter(|e| e["kind"] == "comm_end").count(),
         2 * ROUNDS
+    );
+}
+
+/// `FREERIDE_WAIT_TIMING=0`: the waits are recorded (with the op they follow), none is timed.
+#[test]
+fn waits_are_untimed_when_wait_timing_is_off() {
+    none_timed(
+        &run_with(&[], &[("FREERIDE_WAIT_TIMING", "0")]),
+        "without wait timing",
     );
 }
 
@@ -204,23 +209,8 @@ fn waits_are_untimed_when_wait_timing_is_off() {
 /// GPU first) cannot hold its stream: it is recorded with the op it follows, and not timed.
 #[test]
 fn a_wait_on_communication_that_has_ended_is_not_timed() {
-    let ev = run_with(&["synced"], &[]);
-    let waits: Vec<&Value> = ev
-        .iter()
-        .filter(|e| e["kind"] == "stream_wait" && e["in_comm"] == false)
-        .collect();
-    assert_eq!(waits.len(), 4 * ROUNDS);
-    let on_comm: Vec<&&Value> = waits.iter().filter(|w| w["op_key"] != 0).collect();
-    assert_eq!(on_comm.len(), 2 * ROUNDS, "{waits:?}");
-    assert!(on_comm.iter().all(|w| w["wait"] == 0), "{on_comm:?}");
-    for k in ["wait_begin", "wait_end", "wait_untimed"] {
-        assert!(
-            ev.iter().all(|e| e["kind"] != k),
-            "a {k} for a wait on ended communication"
-        );
-    }
-    assert_eq!(
-        ev.iter().filter(|e| e["kind"] == "comm_end").count(),
-        2 * ROUNDS
+    none_timed(
+        &run_with(&["synced"], &[]),
+        "for a wait on ended communication",
     );
 }
