@@ -112,14 +112,13 @@ pub fn comm_queued(stream: u64, key: u64) {
     write(&STREAMS, stream, [key, 0, 0]);
 }
 
-/// Hook path: the work of comm op `ids` (its op key, or a group's `group << 32` for all its ops
-/// on the stream) is timed on `stream`; `end_event` (a driver event handle) completes with it, or
-/// later: a timing event is recorded again only after its op has ended. Noted only while the
-/// stream's last comm op is still that one (or one of that group).
+/// Hook path: the work of comm op `key` (its [`freeride_abi::event::op_key`]: a group's for all
+/// its ops on the stream) is timed on `stream`; `end_event` (a driver event handle) completes with
+/// it, or later: a timing event is recorded again only after its op has ended. Noted only while
+/// the stream's last comm op is still that one.
 #[inline]
-pub fn comm_timed(stream: u64, ids: u64, end_event: u64) {
-    let same = |key: u64| key == ids || (ids as u32 == 0 && key >> 32 == ids >> 32);
-    update_b(&STREAMS, stream, same, end_event);
+pub fn comm_timed(stream: u64, key: u64, end_event: u64) {
+    update_b(&STREAMS, stream, |k| k == key, end_event);
 }
 
 /// The last comm op queued on `stream` and its end event: (op key, event); (0, _): none seen,
@@ -169,16 +168,12 @@ mod tests {
         assert_eq!(last_comm(0), (7, 0), "another op's timing");
         comm_timed(0, 7, 0xe4);
         assert_eq!(last_comm(0), (7, 0xe4));
-        // A group's timing covers its ops on the stream.
-        comm_queued(0x7f00_0000_4000, 5 | 11 << 32);
+        // A group's timing (its key: the group's) covers its ops on the stream.
+        comm_queued(0x7f00_0000_4000, 11 << 32);
         comm_timed(0x7f00_0000_4000, 12 << 32, 0xec);
-        assert_eq!(
-            last_comm(0x7f00_0000_4000),
-            (5 | 11 << 32, 0),
-            "another group"
-        );
+        assert_eq!(last_comm(0x7f00_0000_4000), (11 << 32, 0), "another group");
         comm_timed(0x7f00_0000_4000, 11 << 32, 0xec);
-        assert_eq!(last_comm(0x7f00_0000_4000), (5 | 11 << 32, 0xec));
+        assert_eq!(last_comm(0x7f00_0000_4000), (11 << 32, 0xec));
         comm_timed(0x7f00_0000_3000, 0, 0xe8);
         assert_eq!(last_comm(0x7f00_0000_3000), (0, 0), "no op on that stream");
         recorded(0x5500_0000_0040, 0x7f00_0000_1000, 9 << 32, 0xe0);

@@ -279,7 +279,9 @@ pub(super) fn end(
         return Err(Untimed::DriverError);
     }
     if what == WHAT_OP {
-        crate::waits::comm_timed(stream, ids, p.ev_e.load(Ordering::Relaxed) as u64);
+        // `ids` (op | group << 32, one of them 0) is the op's key as the hooks noted it.
+        let key = super::key(ids as u32, (ids >> 32) as u32);
+        crate::waits::comm_timed(stream, key, p.ev_e.load(Ordering::Relaxed) as u64);
     }
     p.what.store(what, Ordering::Relaxed);
     p.api.store(api as u32, Ordering::Relaxed);
