@@ -9,7 +9,7 @@ use super::Device;
 use crate::abi::now_ns;
 use crate::config::Mode;
 use crate::futex;
-use crate::sched::{EntryId, Submit, Until, STARTED};
+use crate::sched::{EntryId, Submit, Until, DONE, STARTED};
 use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -106,6 +106,14 @@ impl Device {
                 let mut m = self.shm.model();
                 let had = m.has_hold(s.stream_key);
                 let id = m.submit(s);
+                // A record that took its time in the past (its stream thread came late) is done
+                // at once: hold the clock for the stream's next work as its end would have.
+                if let Some(id) = id.filter(|_| s.mark && s.hold_after) {
+                    if m.entry(id).is_some_and(|e| e.state == DONE) {
+                        let clock = m.clock_ns;
+                        m.set_hold(s.stream_key, s.slot, clock, now_ns());
+                    }
+                }
                 (id, had && id.is_some())
             };
             if cleared {
