@@ -93,17 +93,44 @@ struct PoolClock {
     tried_at: u64,
 }
 
+/// A pool's anchor as the poller sees it at `now`.
+#[derive(Clone, Copy, Debug)]
+struct AnchorState {
+    /// There is one and no time has failed the causality check with it.
+    usable: bool,
+    /// Its uncertainty (ns) and when it was taken.
+    unc_ns: u64,
+    anchored_at: u64,
+    /// When anchoring was last tried (0: never).
+    tried_at: u64,
+    /// Work is being timed in the pool.
+    armed: bool,
+}
+
+/// Whether to anchor now, and if so whether only a tighter anchor may replace the current one:
+/// none or an unusable one (at once), one past [`ANCHOR_MAX_AGE_NS`] while work is timed, or a
+/// loose one (wider than [`TIGHT_ANCHOR_NS`], taken while the host was busy) while work is timed,
+/// kept unless the new one is tighter; at most one try every [`ANCHOR_RETRY_NS`].
+fn anchor_now(a: AnchorState, now: u64) -> Option<bool> {
+    let must = !a.usable || (now.saturating_sub(a.anchored_at) > ANCHOR_MAX_AGE_NS && a.armed);
+    let loose = a.unc_ns > TIGHT_ANCHOR_NS && a.armed;
+    let retried = a.tried_at != 0 && now.saturating_sub(a.tried_at) <= ANCHOR_RETRY_NS;
+    ((must || loose) && !retried).then_some(!must)
+}
+
 /// Keeps pool `pool`'s anchor fresh (its context made current on the poller thread).
 fn keep_anchor(d: &Driver, pool: &Pool, c: &mut PoolClock, now: u64) {
     let a = &pool.anchor;
-    let must = a.ev.load(Ordering::Relaxed) == 0
-        || a.stale.load(Ordering::Relaxed)
-        || (now.saturating_sub(c.anchored_at) > ANCHOR_MAX_AGE_NS && pool::any_armed(pool));
-    // A loose anchor (taken while the host was busy) is tried again, kept unless one is tighter.
-    let loose = a.uncertainty_ns() > TIGHT_ANCHOR_NS && pool::any_armed(pool);
-    if !(must || loose) || (c.tried_at != 0 && now.saturating_sub(c.tried_at) <= ANCHOR_RETRY_NS) {
+    let state = AnchorState {
+        usable: a.ev.load(Ordering::Relaxed) != 0 && !a.stale.load(Ordering::Relaxed),
+        unc_ns: a.uncertainty_ns(),
+        anchored_at: c.anchored_at,
+        tried_at: c.tried_at,
+        armed: pool::any_armed(pool),
+    };
+    let Some(only_tighter) = anchor_now(state, now) else {
         return;
-    }
+    };
     c.tried_at = now;
     d.set_current(pool.ctx.load(Ordering::Acquire));
     if !c.tried_clock {
@@ -116,7 +143,7 @@ fn keep_anchor(d: &Driver, pool: &Pool, c: &mut PoolClock, now: u64) {
     while POLLING.swap(true, Ordering::Acquire) {
         std::thread::yield_now();
     }
-    if clock.anchor(d, a, !must) {
+    if clock.anchor(d, a, only_tighter) {
         c.anchored_at = now;
     }
     POLLING.store(false, Ordering::Release);
@@ -402,4 +429,50 @@ fn push(pool: &Pool, p: &Pair, kind: Kind, t: u64, tid: u32, unc: u64) {
         p1: unc,
         p2: p.ids.load(Ordering::Relaxed),
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn a_loose_anchor_is_retried_soon_and_kept_unless_a_tighter_one_comes() {
+        let tight = AnchorState {
+            usable: true,
+            unc_ns: 5_000,
+            anchored_at: 1_000 * MS,
+            tried_at: 1_000 * MS,
+            armed: true,
+        };
+        // A tight anchor waits for its age; then any new one replaces it.
+        assert_eq!(anchor_now(tight, 1_500 * MS), None);
+        assert_eq!(anchor_now(tight, 3_001 * MS), Some(false));
+        // A loose one (the host was busy) is tried again 100 ms on, kept unless beaten...
+        let loose = AnchorState {
+            unc_ns: 2 * MS,
+            ..tight
+        };
+        assert_eq!(anchor_now(loose, 1_050 * MS), None);
+        assert_eq!(anchor_now(loose, 1_101 * MS), Some(true));
+        // ...and only while work is timed.
+        assert_eq!(
+            anchor_now(
+                AnchorState {
+                    armed: false,
+                    ..loose
+                },
+                1_101 * MS
+            ),
+            None
+        );
+        // None, or one a time failed the causality check with: at once, any new one.
+        let none = AnchorState {
+            usable: false,
+            tried_at: 0,
+            ..tight
+        };
+        assert_eq!(anchor_now(none, 1_001 * MS), Some(false));
+    }
 }
