@@ -106,7 +106,13 @@ pub fn sleeps(pid: u32) -> u64 {
 
 pub use pipesim::host::{stolen_during, STEAL_LIMIT};
 /// Timed runs a check may discard as stolen from before it fails anyway.
-const MAX_STOLEN_RUNS: usize = 6;
+pub const MAX_STOLEN_RUNS: usize = 6;
+
+/// The pause before the next run after `n` runs were stolen from: a slow spell of the host lasts
+/// tens of seconds, so waiting lets it pass (2, 4, ... 10 s).
+pub fn stolen_pause(n: usize) -> std::time::Duration {
+    std::time::Duration::from_secs(2 * n.clamp(1, 5) as u64)
+}
 
 /// Runs a timing check until it passes or has missed `tries` times, pausing `pause(n)` before the
 /// n-th run after the first, and panics with every miss if it never passed: a stall of the shared
@@ -137,6 +143,7 @@ pub fn timing_check(
                      running it again",
                     100.0 * steal
                 );
+                std::thread::sleep(stolen_pause(stolen));
             }
             Err(e) => {
                 eprintln!(
@@ -157,19 +164,23 @@ pub fn timing_check(
 }
 
 /// Runs a check that asserts on timing (it panics when it fails) and, if it failed while the
-/// hypervisor took more than [`STEAL_LIMIT`] of the machine's CPU, runs it again (up to six
-/// times): only a failure in a run the host did not starve fails the test.
+/// hypervisor took more than [`STEAL_LIMIT`] of the machine's CPU, runs it again after a pause
+/// ([`stolen_pause`]; up to six times): only a failure in a run the host did not starve fails the
+/// test.
 pub fn unless_stolen(check: impl Fn()) {
-    for _ in 0..MAX_STOLEN_RUNS {
+    for n in 1..=MAX_STOLEN_RUNS {
         let (r, steal) =
             stolen_during(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(&check)));
         match r {
             Ok(()) => return,
-            Err(_) if steal > STEAL_LIMIT => eprintln!(
-                "failed while the hypervisor took {:.0} % of the CPU: not counted, running it \
-                 again",
-                100.0 * steal
-            ),
+            Err(_) if steal > STEAL_LIMIT => {
+                eprintln!(
+                    "failed while the hypervisor took {:.0} % of the CPU: not counted, running \
+                     it again",
+                    100.0 * steal
+                );
+                std::thread::sleep(stolen_pause(n));
+            }
             Err(e) => std::panic::resume_unwind(e),
         }
     }
