@@ -5,6 +5,7 @@
 //! is drained and then closed. A ring that cannot be opened (not yet initialized, another layout
 //! version, not ours) is retried at the next scan and reported once. A staging ring (see
 //! [`session`]) whose process is gone is removed.
+use crate::comm_match::{Communicators, Joined, MatchKey};
 use crate::inference::obs::{gpu_of_record, CommKind, GpuId, SyncOn};
 use crate::inference::{CommSig, Ns, Obs};
 use crate::memview::MemView;
@@ -103,8 +104,11 @@ pub struct ClosedRing {
 struct Proc {
     reader: RingReader,
     view: ProcessView,
-    /// The NCCL groups being built, by group id: per stream used, the signature of its ops.
-    groups: HashMap<u32, Vec<(u64, CommSig)>>,
+    /// The NCCL groups being built, by group id: per stream used, the signature of its ops and
+    /// their match keys.
+    groups: HashMap<u32, Vec<GroupPart>>,
+    /// Its communicators, for the match keys of its ops.
+    comms: Communicators,
     /// The streams of groups issued lately (their begin/end records name the group and the stream).
     group_streams: BTreeMap<u32, Vec<u64>>,
     /// What its memory records say it holds.
@@ -283,6 +287,7 @@ impl Collector {
                             reader,
                             view,
                             groups: HashMap::new(),
+                            comms: Communicators::default(),
                             group_streams: BTreeMap::new(),
                             mem: MemView::default(),
                             alive_at_ns: 0,
@@ -356,6 +361,18 @@ impl Collector {
         v
     }
 }
+
+/// A group's work on one stream: the signature of its ops and their match keys.
+struct GroupPart {
+    stream: u64,
+    sig: CommSig,
+    keys: Vec<MatchKey>,
+    /// Every op of it had a key (else its keys say only part of what it moves: none is given).
+    all_keyed: bool,
+}
+
+/// Match keys kept per group part (a group of more ops still matches by these).
+const MAX_KEYS_PER_PART: usize = 16;
 
 /// The key of a comm op outside a group, as its comm begin/end records name it.
 fn op_key(op: u32) -> u64 {
@@ -453,38 +470,81 @@ fn translate(p: &mut Proc, d: &Decoded, now: Ns, out: &mut Vec<TrainerObs>) {
             ..
         } => {
             let sig = sig_of(d.api, peer, bytes, comm);
+            let key = p.comms.next_key(comm, sig.kind, peer);
             if group != 0 {
                 let g = p.groups.entry(group).or_default();
-                match g.iter_mut().find(|(s, _)| *s == d.stream) {
-                    Some((_, s)) => *s = s.join(sig),
-                    None => g.push((d.stream, sig)),
+                match g.iter_mut().find(|x| x.stream == d.stream) {
+                    Some(x) => {
+                        x.sig = x.sig.join(sig);
+                        x.all_keyed &= key.is_some() && x.keys.len() < MAX_KEYS_PER_PART;
+                        x.keys.extend(key);
+                    }
+                    None => g.push(GroupPart {
+                        stream: d.stream,
+                        sig,
+                        keys: key.into_iter().collect(),
+                        all_keyed: key.is_some(),
+                    }),
                 }
                 return;
             }
-            Obs::CommIssue {
+            let id = op_key(op);
+            push(Obs::CommIssue {
                 t: d.t_ns,
-                id: op_key(op),
+                id,
                 stream: d.stream,
                 sig,
+            });
+            if let Some(k) = key {
+                push(Obs::CommMatch {
+                    id,
+                    key: k.key,
+                    parties: k.parties,
+                });
             }
+            return;
         }
         Event::CommGroup { depth: 0, group } if d.api == Api::NcclGroupEnd => {
             let Some(parts) = p.groups.remove(&group) else {
                 return;
             };
-            for (k, &(stream, sig)) in parts.iter().enumerate() {
+            for (k, part) in parts.iter().enumerate() {
+                let id = group_key(group, k);
                 push(Obs::CommIssue {
                     t: d.t_ns,
-                    id: group_key(group, k),
-                    stream,
-                    sig,
+                    id,
+                    stream: part.stream,
+                    sig: part.sig,
                 });
+                for m in part.keys.iter().filter(|_| part.all_keyed) {
+                    push(Obs::CommMatch {
+                        id,
+                        key: m.key,
+                        parties: m.parties,
+                    });
+                }
             }
             if p.group_streams.len() >= MAX_TRACKED_GROUPS {
                 p.group_streams.pop_first();
             }
             p.group_streams
-                .insert(group, parts.iter().map(|&(s, _)| s).collect());
+                .insert(group, parts.iter().map(|x| x.stream).collect());
+            return;
+        }
+        Event::CommInit {
+            ident,
+            comm,
+            nranks,
+            rank,
+        } => {
+            p.comms.joined(
+                comm,
+                Joined {
+                    ident,
+                    nranks,
+                    rank,
+                },
+            );
             return;
         }
         Event::CommBegin { op, group, .. } => Obs::CommBegin {
@@ -553,15 +613,12 @@ mod tests {
 
     #[test]
     fn a_group_is_one_op_per_stream_it_used() {
-        let mut groups: HashMap<u32, Vec<(u64, CommSig)>> = HashMap::new();
         let send = sig_of(Api::NcclSend, 1, 10, 5);
         let recv = sig_of(Api::NcclRecv, 1, 20, 5);
-        let g = groups.entry(3).or_default();
-        g.push((9, send));
-        g[0].1 = g[0].1.join(recv);
-        assert_eq!(g[0].1.kind, CommKind::SendRecv);
-        assert_eq!(g[0].1.bytes, 30);
-        assert_eq!(g[0].1.peer, 1);
+        let g = send.join(recv);
+        assert_eq!(g.kind, CommKind::SendRecv);
+        assert_eq!(g.bytes, 30);
+        assert_eq!(g.peer, 1);
         assert_ne!(group_key(3, 0), group_key(3, 1));
         assert_ne!(group_key(3, 0), op_key(3));
     }

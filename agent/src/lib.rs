@@ -3,6 +3,7 @@ pub mod bell;
 pub mod bundled;
 pub mod claim;
 pub mod collect;
+pub mod comm_match;
 pub mod doctor;
 pub mod evict;
 pub mod grant_log;

@@ -116,6 +116,11 @@ impl Node {
         &self.report_lag
     }
 
+    /// How many ops were matched exactly across processes (by their communicators).
+    pub fn match_stats(&self) -> crate::inference::partners::MatchStats {
+        self.gpus.match_stats()
+    }
+
     /// Grants opened so far, per GPU.
     pub fn grants_opened(&self) -> BTreeMap<GpuId, u64> {
         self.grants

@@ -2,6 +2,7 @@
 //! trainer processes on one GPU are idle only when all of them are.
 use super::bubble::{Bubble, OpenBubble};
 use super::obs::{GpuId, Ns, Obs};
+use super::partners::{Partners, Taught};
 use super::peers::Matcher;
 use super::timeline::Timeline;
 use std::collections::{BTreeMap, HashMap};
@@ -10,6 +11,11 @@ use std::collections::{BTreeMap, HashMap};
 /// recorded late by the poller's reaction (a fraction of a millisecond), and an under-estimated
 /// transfer would put a grant on a transferring kernel.
 const PEER_BOUND_MARGIN_NS: Ns = 500_000;
+
+/// Added to a transfer learnt from exactly matched partners' begins: the GPU times of begins and
+/// ends are each within a few µs (the clock anchor), and an under-estimated transfer would put a
+/// grant on a transferring kernel.
+const MATCHED_BOUND_MARGIN_NS: Ns = 20_000;
 
 struct Tl {
     timeline: Timeline,
@@ -24,6 +30,7 @@ pub struct Gpus {
     last_gpu: HashMap<u32, GpuId>,
     closed: Vec<(u32, GpuId, Bubble)>,
     matcher: Matcher,
+    partners: Partners,
 }
 
 impl Gpus {
@@ -39,9 +46,10 @@ impl Gpus {
                 .map(|(k, _)| *k)
         };
         let key = match obs {
-            Obs::CommBegin { id, .. } | Obs::CommEnd { id, .. } | Obs::CommUntimed { id } => {
-                owner(&|t| t.has_op(id), &self.timelines)
-            }
+            Obs::CommBegin { id, .. }
+            | Obs::CommEnd { id, .. }
+            | Obs::CommUntimed { id }
+            | Obs::CommMatch { id, .. } => owner(&|t| t.has_op(id), &self.timelines),
             Obs::WaitReached { wait, .. } | Obs::WaitReleased { wait, .. } => {
                 owner(&|t| t.has_wait(wait), &self.timelines)
             }
@@ -74,12 +82,56 @@ impl Gpus {
             timeline: Timeline::labelled(key.0),
             since: now,
         });
+        if let Obs::CommEnd { id, .. } = obs {
+            if let Some(f) = self.partners.floor(key, id) {
+                t.timeline.transfer_floor(id, f);
+            }
+        }
         t.timeline.observe(obs, now);
         for b in t.timeline.take_closed() {
             self.closed.push((key.0, key.1, b));
         }
         let ended = t.timeline.take_ended();
-        if self.timelines.len() < 2 {
+        // An op matched exactly learns its transfer from its partners: the guesses of the
+        // matcher (by size and time) are for the others, and for ops that send (their partners'
+        // begins say nothing of when their data moved, see the timeline).
+        let keyed = match obs {
+            Obs::CommEnd { id, .. } => {
+                self.partners.has(key, id) && ended.iter().all(|e| !e.0.has_send())
+            }
+            _ => false,
+        };
+        match obs {
+            Obs::CommMatch {
+                id,
+                key: k,
+                parties,
+            } => self.partners.matched(key, id, k, parties),
+            Obs::CommBegin { id, t, .. } => {
+                for taught in self.partners.began(key, id, t) {
+                    match taught {
+                        Taught::Began { who, id, t } => {
+                            if let Some(x) = self.timelines.get_mut(&who) {
+                                x.timeline.transfer_began(id, t);
+                            }
+                        }
+                        Taught::Transferred { who, sig, ns } => {
+                            if let Some(x) = self.timelines.get_mut(&who) {
+                                x.timeline
+                                    .bound_transfer(&sig, ns + MATCHED_BOUND_MARGIN_NS);
+                            }
+                        }
+                    }
+                }
+            }
+            Obs::CommEnd { id, .. } => {
+                let timed = ended.first().map(|&(sig, _, end)| (end, sig));
+                self.partners.ended(key, id, timed);
+            }
+            Obs::CommUntimed { id } => self.partners.ended(key, id, None),
+            _ => {}
+        }
+        if self.timelines.len() < 2 || keyed {
             return;
         }
         for (sig, begin, end) in ended {
@@ -100,6 +152,7 @@ impl Gpus {
     pub fn retain(&mut self, live: impl Fn(u32) -> bool) {
         self.timelines.retain(|k, _| live(k.0));
         self.last_gpu.retain(|p, _| live(*p));
+        self.partners.retain(&live);
     }
 
     /// Every GPU with a trainer timeline, in order.
@@ -134,6 +187,11 @@ impl Gpus {
             .values()
             .map(|t| t.timeline.pending_ops())
             .sum()
+    }
+
+    /// How many ops were matched across processes.
+    pub fn match_stats(&self) -> super::partners::MatchStats {
+        self.partners.stats()
     }
 
     /// Whether any timeline has a bubble open.
@@ -248,5 +306,65 @@ mod tests {
         assert_eq!((both.start, both.predicted_end), (30, Some(80)));
         assert_eq!(intersect(&[b(10, Some(100)), None]), None);
         assert_eq!(intersect(&[]), None);
+    }
+
+    #[test]
+    fn a_receive_transfers_from_its_matched_senders_begin() {
+        let run = |matched: bool| {
+            let mut g = Gpus::new();
+            let (a, b) = (GpuId(0x1100), GpuId(0x1200));
+            let sig = |kind, peer| CommSig {
+                comm: 0x50,
+                kind,
+                peer,
+                bytes: 1 << 20,
+            };
+            g.observe(1, Some(a), Obs::Launch { t: 100, stream: 1 }, 100);
+            g.observe(2, Some(b), Obs::Launch { t: 100, stream: 1 }, 100);
+            for (pid, gpu, id, s) in [
+                (1, a, 11, sig(CommKind::Recv, 1)),
+                (2, b, 22, sig(CommKind::Send, 0)),
+            ] {
+                let issue = Obs::CommIssue {
+                    t: 200,
+                    id,
+                    stream: 2,
+                    sig: s,
+                };
+                g.observe(pid, Some(gpu), issue, 200);
+                if matched {
+                    let m = Obs::CommMatch {
+                        id,
+                        key: 0xfeed,
+                        parties: 2,
+                    };
+                    g.observe(pid, Some(gpu), m, 200);
+                }
+            }
+            let at = |id, t| Obs::CommBegin { id, t, seen: t };
+            g.observe(1, None, at(11, 1_000), 1_000);
+            g.observe(2, None, at(22, 6_000), 6_000);
+            let end = |id, t| Obs::CommEnd { id, t, seen: t };
+            g.observe(1, None, end(11, 9_000), 9_000);
+            g.observe(2, None, end(22, 9_000), 9_000);
+            g.observe(
+                1,
+                Some(a),
+                Obs::Launch {
+                    t: 9_200,
+                    stream: 1,
+                },
+                9_200,
+            );
+            g.take_closed()
+                .into_iter()
+                .filter(|x| x.0 == 1)
+                .map(|x| (x.2.start, x.2.end))
+                .collect::<Vec<_>>()
+        };
+        // Matched: idle until the sender began; without, nothing known of the transfer, the
+        // whole receive counts as transferring.
+        assert_eq!(run(true), vec![(1_000, 6_000), (9_000, 9_200)]);
+        assert_eq!(run(false), vec![(9_000, 9_200)]);
     }
 }

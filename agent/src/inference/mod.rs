@@ -10,11 +10,13 @@
 //! * [`pattern`] learns the recurring sequence of communication ops by aligning it with itself and,
 //!   for each position, how long the bubble that opens there lasts: the prediction a grant is sized by;
 //! * [`gpus`] keeps the node's timelines and each GPU's state (several trainers on one GPU are idle
-//!   only when all are; [`peers`] bounds transfer times with the other processes' ops);
+//!   only when all are; [`peers`] bounds transfer times with the other processes' ops, and
+//!   [`partners`] says when an op's transfer began from its exact partners' begins);
 //! * [`score`] measures bubbles and grants against ground truth.
 pub mod bubble;
 pub mod gpus;
 pub mod obs;
+pub mod partners;
 pub mod pattern;
 pub mod peers;
 #[cfg(test)]

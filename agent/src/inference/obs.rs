@@ -135,6 +135,9 @@ pub enum Obs {
         stream: StreamId,
         sig: CommSig,
     },
+    /// Op `id` (issued just before) shares match key `key` with the ops of `parties - 1` other
+    /// processes: they are one collective or one send/receive pair ([`crate::comm_match`]).
+    CommMatch { id: u64, key: u64, parties: u32 },
     /// Op `id` began on the GPU at `t`; the agent learnt it at `seen`.
     CommBegin { id: u64, t: Ns, seen: Ns },
     /// Op `id` ended on the GPU at `t`; the agent learnt it at `seen`.
@@ -181,7 +184,7 @@ impl Obs {
             | Obs::Lost { t }
             | Obs::Exit { t } => t,
             Obs::Sync { t1, .. } => t1,
-            Obs::CommUntimed { .. } => 0,
+            Obs::CommUntimed { .. } | Obs::CommMatch { .. } => 0,
         }
     }
 }

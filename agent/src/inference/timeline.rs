@@ -23,6 +23,7 @@
 //! wait still waits for while another can go.
 use super::bubble::{Bubble, OpenBubble};
 use super::obs::{CommSig, Ns, Obs, StreamId, SyncOn};
+use super::partners::Floor;
 use super::pattern::{OpIndex, Part, Pattern, WAIT};
 use super::streams::{Blocker, Stream, Window};
 use super::transfer::Transfers;
@@ -69,6 +70,9 @@ struct Op {
     begin: Option<Ns>,
     /// A synchronize covering it returned at this time.
     synced: Option<Ns>,
+    /// The earliest its transfer can have begun, from its partners' begins on the node
+    /// ([`super::partners`]).
+    transfer_from: Option<Floor>,
 }
 
 #[derive(Debug)]
@@ -170,6 +174,25 @@ impl Timeline {
         std::mem::take(&mut self.ended)
     }
 
+    /// Op `id`'s transfer is under way from GPU time `t` at the latest (every party to one of
+    /// its match keys had begun, [`super::partners`]): a grant must not run past it.
+    pub fn transfer_began(&mut self, id: u64, t: Ns) {
+        let Some(b) = self.ops.get(&id).and_then(|op| op.begin) else {
+            return;
+        };
+        if let Some(f) = self.in_flight.get_mut(&id) {
+            f.1 = f.1.min(t.max(b));
+        }
+    }
+
+    /// Op `id`, about to end, cannot have begun transferring before its partners' begins say
+    /// ([`super::partners::Floor`]).
+    pub fn transfer_floor(&mut self, id: u64, f: Floor) {
+        if let Some(op) = self.ops.get_mut(&id) {
+            op.transfer_from = Some(f);
+        }
+    }
+
     /// A bound on the transfer time of ops of `sig`, found elsewhere.
     pub fn bound_transfer(&mut self, sig: &CommSig, ns: Ns) {
         self.transfers.bound(sig, ns);
@@ -210,6 +233,8 @@ impl Timeline {
             Obs::CommBegin { id, t, .. } => self.on_begin(id, t),
             Obs::CommEnd { id, t, .. } => self.on_end(id, t),
             Obs::CommUntimed { id } => self.forget(id),
+            // Matched across processes by the node ([`super::gpus`]).
+            Obs::CommMatch { .. } => return,
             Obs::EventRecord { event, stream, .. } => {
                 self.explicit = true;
                 if self.events.len() >= MAX_EVENTS {
@@ -313,6 +338,7 @@ impl Timeline {
                 deps,
                 begin: None,
                 synced: None,
+                transfer_from: None,
             },
         );
         self.order.push_back(id);
@@ -445,21 +471,43 @@ impl Timeline {
             return;
         };
         let (sig, stream, begin, issued, pos) = (op.sig, op.stream, op.begin, op.issued, op.pos);
+        // What its partners' begins say of its transfer: at most from the floor to the end (an
+        // upper bound, as the learnt estimate is; the smaller one holds: even when every party
+        // began, its kernel may start later than its begin record, and nothing moves before it
+        // does). Not of an op that sends: a send moves its data from its own begin into the
+        // receiver's buffers whether or not the receiver is there yet (NCCL's buffers hold a few
+        // MiB per peer; the test bed's sends are eager).
+        let partners = op.transfer_from.filter(|_| !sig.has_send());
+        let floor = partners.map(|f| t.saturating_sub(f.t.max(op.begin.unwrap_or(0))));
+        let at_most = |tr: Ns| floor.map_or(tr, |f| tr.min(f));
+        // What it teaches of its kind's transfers: a collective's, at most from the latest
+        // begin of its parties seen here; for a receive, its
+        // end less its send's begin (one posted after an eager send's data arrived moved nothing
+        // itself, see [`super::transfer`]).
+        let teaches = if sig.collective() {
+            floor
+        } else {
+            partners.and_then(|f| f.others).map(|s| t.saturating_sub(s))
+        };
         self.forget_before(stream, id, true);
         let duration = begin.map(|b| t.saturating_sub(b));
         if let (Some(b), Some(d)) = (begin, duration) {
             self.transfers.record(&sig, d);
             self.ended.push((sig, b, t));
         }
+        if let Some(tr) = teaches {
+            self.transfers.bound(&sig, tr);
+        }
         if let Some(b) = self.sending.remove(&id) {
             self.add_transfer(b, t, Some((pos, 1)));
         }
         if sig.has_recv() || sig.collective() {
             // Unknown begin and nothing learnt: busy from its issue (conservative).
-            let tr = self
-                .transfers
-                .estimate(&sig, duration)
-                .unwrap_or(t.saturating_sub(issued));
+            let tr = at_most(
+                self.transfers
+                    .estimate(&sig, duration)
+                    .unwrap_or(t.saturating_sub(issued)),
+            );
             self.add_transfer(
                 t.saturating_sub(tr).max(begin.unwrap_or(0)),
                 t,
@@ -469,7 +517,7 @@ impl Timeline {
                 self.pattern.record(pos, WAIT, d.saturating_sub(tr));
             }
         } else if let Some(d) = duration {
-            let tr = self.transfers.estimate(&sig, duration).unwrap_or(d);
+            let tr = at_most(self.transfers.estimate(&sig, duration).unwrap_or(d));
             self.pattern.record(pos, WAIT, d.saturating_sub(tr));
         }
         for s in self.streams.values_mut() {

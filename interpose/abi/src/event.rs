@@ -106,6 +106,13 @@ pub enum Kind {
     /// A timed wait whose times will never come (the driver failed to give them): `stream` = the
     /// waiting stream, `p2` = the wait id, `aux` = why ([`Untimed`]).
     WaitUntimed = 21,
+    /// A communicator this process joined (`ncclCommInitRank`, `ncclCommInitRankConfig`,
+    /// `ncclCommInitAll`: one record per communicator made, `ncclCommSplit`), recorded after the
+    /// call succeeded: `device` = its GPU, `p0` = the communicator's identity, the same in every
+    /// process that joined it ([`comm_ident_of_id`], [`comm_ident_of_split`],
+    /// [`comm_ident_local`]), `p1` = the communicator handle (as [`Kind::CommOp`] names it),
+    /// `p2` = its rank count, `aux` = this process's rank in it.
+    CommInit = 22,
 }
 
 impl Kind {
@@ -132,6 +139,7 @@ impl Kind {
             19 => Kind::WaitEnd,
             20 => Kind::CommUntimed,
             21 => Kind::WaitUntimed,
+            22 => Kind::CommInit,
             _ => return None,
         })
     }
@@ -159,6 +167,7 @@ impl Kind {
             Kind::WaitEnd => "wait_end",
             Kind::CommUntimed => "comm_untimed",
             Kind::WaitUntimed => "wait_untimed",
+            Kind::CommInit => "comm_init",
         }
     }
 }
@@ -265,6 +274,11 @@ apis! {
     CuEventRecordPtsz = 79 => "cuEventRecord_ptsz",
     CuEventRecordWithFlags = 80 => "cuEventRecordWithFlags",
     CuEventRecordWithFlagsPtsz = 81 => "cuEventRecordWithFlags_ptsz",
+    // NCCL (continued): communicators, for their identity across processes.
+    NcclCommInitRank = 82 => "ncclCommInitRank",
+    NcclCommInitRankConfig = 83 => "ncclCommInitRankConfig",
+    NcclCommInitAll = 84 => "ncclCommInitAll",
+    NcclCommSplit = 85 => "ncclCommSplit",
     // libc
     Dlsym = 96 => "dlsym",
 }
@@ -311,6 +325,40 @@ pub const fn op_key(op: u32, group: u32) -> u64 {
     } else {
         op as u64
     }
+}
+
+/// FNV-1a, 64 bits: the one hash of communicator identities (stable across processes and
+/// releases: it is part of the record format).
+const fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
+    let mut i = 0;
+    while i < bytes.len() {
+        h ^= bytes[i] as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        i += 1;
+    }
+    h
+}
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// The identity of a communicator made from an `ncclUniqueId` (its 128 bytes, which every rank
+/// passes to `ncclCommInitRank(Config)`): [`Kind::CommInit`]'s `p0`.
+pub const fn comm_ident_of_id(id: &[u8]) -> u64 {
+    fnv1a(FNV_OFFSET, id) | 1
+}
+
+/// The identity of the communicator of colour `color` made by the `index`-th `ncclCommSplit` of
+/// the communicator `parent` (every rank of the parent calls it, in the same order).
+pub const fn comm_ident_of_split(parent: u64, index: u32, color: i32) -> u64 {
+    let h = fnv1a(FNV_OFFSET, &parent.to_le_bytes());
+    let h = fnv1a(h, &index.to_le_bytes());
+    fnv1a(h, &color.to_le_bytes()) | 1
+}
+
+/// The identity of the communicators of the `index`-th `ncclCommInitAll` of process `pid` (all
+/// its ranks are in that process).
+pub const fn comm_ident_local(pid: u32, index: u32) -> u64 {
+    let h = fnv1a(FNV_OFFSET ^ 0x5a, &pid.to_le_bytes());
+    fnv1a(h, &index.to_le_bytes()) | 1
 }
 
 /// Why an op or a wait is not timed (`aux` of [`Kind::CommUntimed`], [`Kind::WaitUntimed`]).
@@ -545,6 +593,14 @@ pub enum Event {
         wait: u32,
         why: Option<Untimed>,
     },
+    CommInit {
+        /// The communicator's identity, the same in every process that joined it.
+        ident: u64,
+        /// Its handle in this process.
+        comm: u64,
+        nranks: u32,
+        rank: u32,
+    },
 }
 
 /// What a successful memory event does to the device memory its process holds: the one reading
@@ -696,6 +752,12 @@ impl Decoded {
             Kind::WaitUntimed => Event::WaitUntimed {
                 wait: lo(r.p2),
                 why: Untimed::from_u32(r.aux),
+            },
+            Kind::CommInit => Event::CommInit {
+                ident: r.p0,
+                comm: r.p1,
+                nranks: r.p2.min(u32::MAX as u64) as u32,
+                rank: r.aux,
             },
         };
         Some(Decoded {
@@ -938,6 +1000,15 @@ mod tests {
             dec(Kind::WaitUntimed, 99, 0, [0, 0, 4]),
             Event::WaitUntimed { wait: 4, why: None }
         );
+        assert_eq!(
+            dec(Kind::CommInit, 3, 0, [0xabc, 0x7f00, 8]),
+            Event::CommInit {
+                ident: 0xabc,
+                comm: 0x7f00,
+                nranks: 8,
+                rank: 3
+            }
+        );
         assert_eq!(op_key(3, 0), 3);
         assert_eq!(op_key(3, 8), 8 << 32);
         for w in 1..=6 {
@@ -955,6 +1026,23 @@ mod tests {
             }
         }
         assert!(names.contains("stream_wait") && names.contains("comm_untimed"));
+    }
+
+    #[test]
+    fn communicator_identities_agree_across_ranks_and_differ_between_communicators() {
+        let mut id = [7u8; 128];
+        let a = comm_ident_of_id(&id);
+        assert_eq!(a, comm_ident_of_id(&id.clone()));
+        id[100] = 8;
+        assert_ne!(a, comm_ident_of_id(&id));
+        // Splits: the same parent, split and colour give the same identity on every rank.
+        assert_eq!(comm_ident_of_split(a, 0, 1), comm_ident_of_split(a, 0, 1));
+        assert_ne!(comm_ident_of_split(a, 0, 1), comm_ident_of_split(a, 0, 2));
+        assert_ne!(comm_ident_of_split(a, 0, 1), comm_ident_of_split(a, 1, 1));
+        assert_ne!(comm_ident_local(5, 0), comm_ident_local(6, 0));
+        assert_ne!(comm_ident_local(5, 0), comm_ident_local(5, 1));
+        // Never 0 (0 is "no identity" to a reader).
+        assert_ne!(comm_ident_of_id(&[]), 0);
     }
 
     #[test]

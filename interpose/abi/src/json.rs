@@ -208,6 +208,17 @@ pub fn write_line(out: &mut String, pid: u32, r: &Record) {
                 why.map_or("unknown", |w| w.name())
             );
         }
+        Event::CommInit {
+            ident,
+            comm,
+            nranks,
+            rank,
+        } => {
+            let _ = write!(
+                out,
+                r#","comm":{comm},"ident":{ident},"nranks":{nranks},"rank":{rank}"#
+            );
+        }
     }
     out.push_str("}\n");
 }
@@ -281,6 +292,25 @@ mod tests {
             ..Default::default()
         };
         write_line(&mut s, 1, &untimed);
+        let init = Record {
+            kind: Kind::CommInit as u8,
+            api: Api::NcclCommInitRank as u16,
+            device: 0x1100,
+            aux: 1,
+            p0: 99,
+            p1: 0x7f,
+            p2: 4,
+            ..Default::default()
+        };
+        let mut line = String::new();
+        write_line(&mut line, 1, &init);
+        assert!(
+            line.ends_with(
+                r#""device":"0000:11:00.0","comm":127,"ident":99,"nranks":4,"rank":1}
+"#
+            ),
+            "{line}"
+        );
         assert!(
             s.ends_with(
                 r#""stream":4,"op":0,"group":6,"why":"pool_full"}

@@ -618,6 +618,38 @@ pub static HOOKS: &[Hook] = &[
         Some(c"pncclBroadcast"),
         None
     ),
+    hook!(
+        NcclCommInitRank,
+        Nccl,
+        true,
+        ncclCommInitRank as NcclInitRank,
+        Some(c"pncclCommInitRank"),
+        None
+    ),
+    hook!(
+        NcclCommInitRankConfig,
+        Nccl,
+        true,
+        ncclCommInitRankConfig as NcclInitRankConfig,
+        Some(c"pncclCommInitRankConfig"),
+        None
+    ),
+    hook!(
+        NcclCommInitAll,
+        Nccl,
+        true,
+        ncclCommInitAll as NcclInitAll,
+        Some(c"pncclCommInitAll"),
+        None
+    ),
+    hook!(
+        NcclCommSplit,
+        Nccl,
+        true,
+        ncclCommSplit as NcclSplit,
+        Some(c"pncclCommSplit"),
+        None
+    ),
     // libc
     hook!(
         Dlsym,
@@ -637,6 +669,7 @@ mod launch;
 mod lookup;
 mod memory;
 mod nccl;
+mod nccl_comms;
 mod pool;
 mod resolve;
 mod sync;
@@ -649,6 +682,7 @@ pub use launch::*;
 use lookup::*;
 use memory::*;
 pub use nccl::*;
+pub use nccl_comms::*;
 use pool::*;
 pub use resolve::*;
 pub use sync::*;

@@ -13,7 +13,7 @@ type CommCuDevice = unsafe extern "C" fn(P, *mut c_int) -> c_int;
 
 /// The device ordinal of communicator `comm` (`ncclCommCuDevice`: NCCL reads it from the
 /// communicator; the caller's device when NCCL cannot say).
-fn comm_device(comm: P) -> i32 {
+pub(super) fn comm_device(comm: P) -> i32 {
     let mut f = COMM_CU_DEVICE.load(Ordering::Acquire);
     if f == 0 {
         let mut p = dl::sym(dl::RTLD_NEXT, c"ncclCommCuDevice");

@@ -110,3 +110,17 @@ pub(super) type NcclGroup = unsafe extern "C" fn() -> c_int;
 pub(super) type NcclReduce =
     unsafe extern "C" fn(*const c_void, P, usize, c_int, c_int, P, P) -> c_int;
 pub(super) type NcclGather = unsafe extern "C" fn(*const c_void, P, usize, c_int, P, P) -> c_int;
+
+/// `ncclUniqueId`: 128 opaque bytes, passed BY VALUE to `ncclCommInitRank(Config)` (as C passes
+/// a struct of this size: in memory, which Rust's `extern "C"` does the same way).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct NcclUniqueId {
+    pub internal: [u8; 128],
+}
+
+pub(super) type NcclInitRank = unsafe extern "C" fn(PP, c_int, NcclUniqueId, c_int) -> c_int;
+pub(super) type NcclInitRankConfig =
+    unsafe extern "C" fn(PP, c_int, NcclUniqueId, c_int, P) -> c_int;
+pub(super) type NcclInitAll = unsafe extern "C" fn(PP, c_int, *const c_int) -> c_int;
+pub(super) type NcclSplit = unsafe extern "C" fn(P, c_int, c_int, PP, P) -> c_int;

@@ -295,3 +295,16 @@ mod steal_tests {
         assert_eq!(*r.unwrap_err().downcast::<&str>().unwrap(), "always");
     }
 }
+
+/// `nm ARGS` of library `lib` of the release directory (binutils' nm is needed).
+pub fn nm(args: &[&str], lib: &str) -> String {
+    let path = release_dir().join(lib);
+    assert!(path.exists(), "{} missing", path.display());
+    let out = std::process::Command::new("nm")
+        .args(args)
+        .arg(&path)
+        .output()
+        .expect("nm (binutils) is needed");
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -67,6 +67,14 @@ fn check_inference(args: &[&str]) {
     assert!(lp >= 0.85, "live precision {lp} < 0.85 for {args:?}: {r}");
     assert!(inf["bubbles"].as_u64().unwrap() > 0, "{r}");
     assert_eq!(r["agent"]["dropped"].as_u64(), Some(0), "{r}");
+    // The stages' communicators were seen made (`comm_init`) and their ops matched across
+    // processes: every op has partners on this one node, and their begins complete the keys.
+    let m = &r["agent"]["matched"];
+    assert!(m["ops"].as_u64().unwrap() > 0, "no op matched: {r}");
+    assert!(
+        m["completed"].as_u64().unwrap() > 0,
+        "no key completed: {r}"
+    );
     for k in ["schedule", "stages", "microbatches", "truth", "inference"] {
         assert!(!r[k].is_null(), "report lacks {k}: {r}");
     }

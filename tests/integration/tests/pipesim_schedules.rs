@@ -518,21 +518,9 @@ int ncclSend(const void *b, size_t c, int dt, int peer, void *comm, void *s) {
 
 // Symbol tables.
 
-fn nm(args: &[&str], lib: &str) -> String {
-    let path = freeride_tests::release_dir().join(lib);
-    assert!(path.exists(), "{} missing", path.display());
-    let out = Command::new("nm")
-        .args(args)
-        .arg(&path)
-        .output()
-        .expect("nm (binutils) is needed");
-    assert!(out.status.success());
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 #[test]
 fn nccl_exports_weak_nccl_and_strong_pnccl_at_one_address() {
-    let syms = nm(&["-D", "--defined-only"], "libnccl.so");
+    let syms = freeride_tests::nm(&["-D", "--defined-only"], "libnccl.so");
     let find = |kind: &str, name: &str| {
         syms.lines().find_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
@@ -560,7 +548,7 @@ fn nccl_exports_weak_nccl_and_strong_pnccl_at_one_address() {
 #[test]
 fn nccl_and_blas_import_no_cuda_symbol() {
     for lib in ["libnccl.so", "libcublas.so"] {
-        let undef = nm(&["-D", "--undefined-only"], lib);
+        let undef = freeride_tests::nm(&["-D", "--undefined-only"], lib);
         let cuda: Vec<&str> = undef
             .lines()
             .filter(|l| {

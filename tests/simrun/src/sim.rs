@@ -19,6 +19,7 @@ use crate::sim_procs::{self, SidetaskEnd};
 use freeride_abi::{env, now_ns};
 use freeride_agent::grant_log::GrantLog;
 use freeride_agent::grants::GrantPolicy;
+use freeride_agent::inference::partners::MatchStats;
 use freeride_agent::inference::score::{clip, merge, Tally};
 use freeride_agent::inference::Ns;
 use freeride_agent::node::{BubbleRecord, Node};
@@ -55,6 +56,8 @@ pub struct SimResult {
     pub agent_wall_ns: u64,
     /// How late GPU-side observations reached the agents (all nodes).
     pub report_lag: ReportLag,
+    /// Ops the agents matched across processes by their communicators (all nodes).
+    pub matched: MatchStats,
     pub warnings: Vec<String>,
     /// Side-task processes that ran beside the job.
     pub sidetask_pids: Vec<u32>,
@@ -285,6 +288,7 @@ pub struct AgentRun {
     pub wall_ns: u64,
     /// How late GPU-side observations reached the agent.
     pub report_lag: ReportLag,
+    pub matched: MatchStats,
 }
 
 /// CPU time of the calling thread so far.
@@ -327,6 +331,7 @@ pub fn agent_loop(dir: &Path, stop: &AtomicBool, grants: Option<GrantPolicy>) ->
         cpu_ns: thread_cpu_ns().saturating_sub(cpu0),
         wall_ns: now_ns().saturating_sub(wall0),
         report_lag: node.report_lag().clone(),
+        matched: node.match_stats(),
     }
 }
 
@@ -420,6 +425,7 @@ pub fn run(
         agent_cpu_ns: run.cpu_ns,
         agent_wall_ns: run.wall_ns,
         report_lag: run.report_lag,
+        matched: run.matched,
         warnings: run.warnings,
         nodes: topo.nodes,
         ranks_per_node: topo.gpus_per_node(),

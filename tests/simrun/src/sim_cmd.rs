@@ -190,6 +190,9 @@ pub fn main(a: SimArgs) -> i32 {
                 "p90": res.report_lag.quantile_us(0.9),
                 "p99": res.report_lag.quantile_us(0.99),
             },
+            // Ops matched across processes by their communicators' identities, and keys all of
+            // whose parties began on the node (their transfers' starts known exactly).
+            "matched": {"ops": res.matched.keyed_ops, "completed": res.matched.completed_keys},
             "per_node": res.per_node.iter().map(|&(events, bubbles)| json!({"events": events, "bubbles": bubbles})).collect::<Vec<_>>(),
         },
         // The share of this machine's CPU the hypervisor took while the command ran: the simulated

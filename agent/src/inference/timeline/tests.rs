@@ -330,3 +330,109 @@ fn lost_records_close_nothing_and_leave_the_gpu_unknown() {
     );
     assert_eq!(tl.open_now().map(|b| b.start), Some(4_000));
 }
+
+#[test]
+fn a_transfer_its_partners_began_is_busy_at_once_and_bounds_the_bubble() {
+    // Nothing learnt of the transfer: without its partners the whole receive would count as
+    // transferring (no bubble before its end).
+    let mut tl = Timeline::new();
+    feed(
+        &mut tl,
+        &[
+            Obs::Launch { t: 100, stream: C },
+            Obs::CommIssue {
+                t: 200,
+                id: 1,
+                stream: P2P,
+                sig: recv(),
+            },
+            Obs::CommBegin {
+                id: 1,
+                t: 1_000,
+                seen: 1_100,
+            },
+        ],
+    );
+    let open = tl.open_now().expect("a receive the compute waits for");
+    assert_eq!((open.start, open.busy_from), (1_000, Some(1_000)));
+    // Its sender began at 6 000: it is transferring from then (a grant must close), and an op
+    // not of this timeline, or a time before its own begin, changes nothing more.
+    tl.transfer_began(1, 6_000);
+    tl.transfer_began(99, 2_000);
+    assert_eq!(tl.open_now().and_then(|b| b.busy_from), Some(1_000));
+    // At its end: every party had begun by 6 000; nothing moved before.
+    tl.transfer_floor(
+        1,
+        Floor {
+            t: 6_000,
+            others: Some(6_000),
+        },
+    );
+    feed(
+        &mut tl,
+        &[
+            Obs::CommEnd {
+                id: 1,
+                t: 9_000,
+                seen: 9_100,
+            },
+            Obs::Launch {
+                t: 9_200,
+                stream: C,
+            },
+        ],
+    );
+    // Idle from the drain to the sender's begin, and from the end to the next launch.
+    let b: Vec<_> = tl.take_closed().iter().map(|b| (b.start, b.end)).collect();
+    assert_eq!(b, vec![(1_000, 6_000), (9_000, 9_200)]);
+
+    // A wait learnt at the position puts the earliest transfer late (here 9 µs after the begin);
+    // the partners' begin brings it forward to when the transfer truly began.
+    let mut tl = Timeline::new();
+    feed(
+        &mut tl,
+        &[
+            Obs::Launch { t: 100, stream: C },
+            Obs::CommIssue {
+                t: 200,
+                id: 2,
+                stream: P2P,
+                sig: recv(),
+            },
+            Obs::CommBegin {
+                id: 2,
+                t: 1_000,
+                seen: 1_100,
+            },
+        ],
+    );
+    tl.in_flight.get_mut(&2).expect("in flight").1 = 10_000;
+    assert_eq!(tl.open_now().and_then(|b| b.busy_from), Some(10_000));
+    tl.transfer_began(2, 4_000);
+    assert_eq!(tl.open_now().and_then(|b| b.busy_from), Some(4_000));
+    // A floor from the local parties alone (one on another node not seen) still bounds the
+    // transfer: nothing moved before the local parties' latest begin.
+    tl.transfer_floor(
+        2,
+        Floor {
+            t: 4_000,
+            others: None,
+        },
+    );
+    feed(
+        &mut tl,
+        &[
+            Obs::CommEnd {
+                id: 2,
+                t: 9_000,
+                seen: 9_100,
+            },
+            Obs::Launch {
+                t: 9_200,
+                stream: C,
+            },
+        ],
+    );
+    let b: Vec<_> = tl.take_closed().iter().map(|b| (b.start, b.end)).collect();
+    assert_eq!(b, vec![(1_000, 4_000), (9_000, 9_200)]);
+}

@@ -45,7 +45,9 @@ weak_aliases!(
     "GetVersion",
     "GetUniqueId",
     "CommInitRank",
+    "CommInitRankConfig",
     "CommInitAll",
+    "CommSplit",
     "CommDestroy",
     "CommAbort",
     "CommCount",
@@ -71,7 +73,7 @@ fn guard(f: impl FnOnce() -> NcclResult) -> NcclResult {
 
 /// The communicator behind a handle.
 fn comm<'a>(c: NcclComm) -> Result<&'a Comm, NcclResult> {
-    // SAFETY: a non-NULL handle was returned by ncclCommInitRank/All and not yet destroyed (the
+    // SAFETY: a non-NULL handle was returned by ncclCommInitRank(Config)/All/Split and not yet destroyed (the
     // caller's contract, as with real NCCL).
     unsafe { c.as_ref() }.ok_or(NCCL_INVALID_ARGUMENT)
 }
@@ -105,18 +107,13 @@ pub extern "C" fn pncclGetUniqueId(unique_id: *mut UniqueId) -> NcclResult {
     })
 }
 
-#[no_mangle]
-pub extern "C" fn pncclCommInitRank(
-    out: *mut NcclComm,
-    nranks: c_int,
-    comm_id: UniqueId,
-    rank: c_int,
-) -> NcclResult {
+/// ncclCommInitRank(Config): joins, then waits for every rank.
+fn init_rank(out: *mut NcclComm, nranks: c_int, comm_id: &UniqueId, rank: c_int) -> NcclResult {
     guard(|| {
         if out.is_null() {
             return NCCL_INVALID_ARGUMENT;
         }
-        let c = match Comm::join(&comm_id, nranks, rank, None) {
+        let c = match Comm::join(comm_id, nranks, rank, None) {
             Ok(c) => c,
             Err(e) => return e,
         };
@@ -125,6 +122,54 @@ pub extern "C" fn pncclCommInitRank(
             return e;
         }
         put(out, Box::into_raw(c))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn pncclCommInitRank(
+    out: *mut NcclComm,
+    nranks: c_int,
+    comm_id: UniqueId,
+    rank: c_int,
+) -> NcclResult {
+    init_rank(out, nranks, &comm_id, rank)
+}
+
+/// As ncclCommInitRank: the config (`ncclConfig_t*`, blocking or not, ...) is ignored.
+#[no_mangle]
+pub extern "C" fn pncclCommInitRankConfig(
+    out: *mut NcclComm,
+    nranks: c_int,
+    comm_id: UniqueId,
+    rank: c_int,
+    _config: *mut c_void,
+) -> NcclResult {
+    init_rank(out, nranks, &comm_id, rank)
+}
+
+/// ncclCommSplit (see [`Comm::split`]); the config is ignored. A rank passing
+/// `NCCL_SPLIT_NOCOLOR` (-1) gets NULL.
+#[no_mangle]
+pub extern "C" fn pncclCommSplit(
+    c: NcclComm,
+    color: c_int,
+    key: c_int,
+    newcomm: *mut NcclComm,
+    _config: *mut c_void,
+) -> NcclResult {
+    guard(|| {
+        if newcomm.is_null() {
+            return NCCL_INVALID_ARGUMENT;
+        }
+        let parent = match comm(c) {
+            Ok(p) => p,
+            Err(e) => return e,
+        };
+        match parent.split(color, key) {
+            Ok(Some(n)) => put(newcomm, Box::into_raw(n)),
+            Ok(None) => put(newcomm, std::ptr::null_mut()),
+            Err(e) => e,
+        }
     })
 }
 
