@@ -260,6 +260,19 @@ pub fn gpu(physical: i32) -> freeride_abi::GpuId {
     freeride_abi::GpuId::parse(&simgpu::identity::pci_bus_id(physical)).expect("a bus id")
 }
 
+/// `nm ARGS` of library `lib` of the release directory (binutils' nm is needed).
+pub fn nm(args: &[&str], lib: &str) -> String {
+    let path = release_dir().join(lib);
+    assert!(path.exists(), "{} missing", path.display());
+    let out = std::process::Command::new("nm")
+        .args(args)
+        .arg(&path)
+        .output()
+        .expect("nm (binutils) is needed");
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[cfg(test)]
 mod steal_tests {
     use super::*;
@@ -294,17 +307,4 @@ mod steal_tests {
         let r = std::panic::catch_unwind(|| unless_stolen(|| panic!("always")));
         assert_eq!(*r.unwrap_err().downcast::<&str>().unwrap(), "always");
     }
-}
-
-/// `nm ARGS` of library `lib` of the release directory (binutils' nm is needed).
-pub fn nm(args: &[&str], lib: &str) -> String {
-    let path = release_dir().join(lib);
-    assert!(path.exists(), "{} missing", path.display());
-    let out = std::process::Command::new("nm")
-        .args(args)
-        .arg(&path)
-        .output()
-        .expect("nm (binutils) is needed");
-    assert!(out.status.success());
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
