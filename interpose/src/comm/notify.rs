@@ -11,9 +11,18 @@
 //!   stand-in on the lane's executor); it bumps the lane's futex word and wakes the lane's
 //!   waiter (and the poller, while the lane has no waiter yet: the poller starts it).
 //!
-//! So a waiter wakes about twice per op (its begin, its end), however long the op takes, and sleeps
-//! between ops ([`NOTIFIED_IDLE_NS`], a safety net); the poller thread only anchors the GPU clock
-//! and polls pairs that have no waiter.
+//! * While the lane's waiter is busy with an earlier pair (blocked on its begin or end), the hook
+//!   queues no wake-up at all: the waiter finds the new pair once the earlier one is reported, and
+//!   blocks in `cuEventSynchronize` on its begin event if that has not completed yet (the ops of a
+//!   stream run in order, so it is usually done: the earlier op's end released it). Only a pair
+//!   armed while the waiter is idle needs the driver's thread ([`doorbell_needed`]; the waiter
+//!   says it is idle, then looks for pairs once more, and the hook arms, then reads that: with a
+//!   fence on each side one of the two sees the other).
+//!
+//! So a waiter wakes about once per op when its stream's ops queue back to back (the end) and
+//! twice for an op queued to an idle stream (its begin, its end), however long the op takes, and
+//! sleeps between ops ([`NOTIFIED_IDLE_NS`], a safety net); the poller thread only anchors the GPU
+//! clock and polls pairs that have no waiter.
 //!
 //! Why not a host function after the end event too (one mechanism for both): `cuCtxSynchronize`
 //! (`cudaDeviceSynchronize`) waits for every stream of the context, lanes included, so it would
@@ -61,6 +70,9 @@ pub(super) struct Lane {
     word: AtomicU32,
     /// [`NO_WAITER`], [`WAITER_RUNNING`] or [`WAITER_FAILED`].
     waiter: AtomicU8,
+    /// 1 while the waiter is busy with a pair of this lane (it will look for new pairs before it
+    /// sleeps), 0 while it is idle or about to be.
+    busy: AtomicU8,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -70,6 +82,7 @@ const LANE_INIT: Lane = Lane {
     private: AtomicUsize::new(0),
     word: AtomicU32::new(0),
     waiter: AtomicU8::new(NO_WAITER),
+    busy: AtomicU8::new(0),
 };
 
 static LANE_TABLE: [Lane; LANES] = [LANE_INIT; LANES];
@@ -183,6 +196,35 @@ fn create_lane(d: &Driver) -> Option<usize> {
     Some(s as usize)
 }
 
+/// Hook path, after a pair of lane `lane` (+ 1) was armed: whether its begin needs a wake-up
+/// queued ([`arm`]): not while the lane's waiter runs and is busy with an earlier pair. The
+/// fence pairs with the one in [`set_idle`]: the waiter then finds the pair, or this sees it idle.
+pub(super) fn doorbell_needed(lane: u32) -> bool {
+    std::sync::atomic::fence(Ordering::SeqCst);
+    LANE_TABLE
+        .get((lane as usize).wrapping_sub(1))
+        .is_none_or(|l| {
+            l.waiter.load(Ordering::Acquire) != WAITER_RUNNING
+                || l.busy.load(Ordering::Relaxed) == 0
+        })
+}
+
+/// Waiter of lane `lane`: busy with a pair of the lane (new pairs need no wake-up).
+pub(super) fn set_busy(lane: usize) {
+    if let Some(l) = LANE_TABLE.get(lane) {
+        l.busy.store(1, Ordering::Relaxed);
+    }
+}
+
+/// Waiter of lane `lane`, about to sleep: idle (new pairs queue a wake-up). It must look for
+/// armed pairs once more after this (see [`doorbell_needed`]).
+pub(super) fn set_idle(lane: usize) {
+    if let Some(l) = LANE_TABLE.get(lane) {
+        l.busy.store(0, Ordering::Relaxed);
+    }
+    std::sync::atomic::fence(Ordering::SeqCst);
+}
+
 /// The host function: runs on the driver's thread once a begin event completed. No driver call
 /// (the driver forbids them here), no panic: atomic adds and futex wakes.
 unsafe extern "C" fn wake(data: *mut c_void) {
@@ -255,6 +297,7 @@ pub(super) fn reset_after_fork() {
         l.pool.store(0, Ordering::Relaxed);
         l.private.store(0, Ordering::Relaxed);
         l.waiter.store(NO_WAITER, Ordering::Relaxed);
+        l.busy.store(0, Ordering::Relaxed);
     }
     AVAILABLE.store(0, Ordering::Release);
 }

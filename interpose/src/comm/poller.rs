@@ -203,9 +203,9 @@ pub(super) fn poller(gen: u32) {
 }
 
 /// A lane's waiter thread ([`notify`]): reports the begins and ends of the lane's pairs as they
-/// happen. Once the lane's oldest pair has begun it blocks in `cuEventSynchronize` on its end
-/// event (blocking-sync: the thread sleeps until the GPU gets there); otherwise it sleeps on the
-/// lane's futex word, which the begin's host function bumps.
+/// happen. It blocks in `cuEventSynchronize` on the lane's oldest pair's begin event, then on its
+/// end event (blocking-sync: the thread sleeps until the GPU gets there); with no pair armed it
+/// sleeps on the lane's futex word, which the host function of a begin queued meanwhile bumps.
 fn waiter(lane: usize, gen: u32) {
     let Some((d, sync)) = DRIVER.get().and_then(|d| Some((d, d.event_synchronize?))) else {
         notify::waiter_gone(lane);
@@ -222,22 +222,35 @@ fn waiter(lane: usize, gen: u32) {
     // The (pair, arming) last waited for: if the wait returned without its end completing (a
     // driver error), the pair is polled from here instead of waited for again and again.
     let mut waited = None;
+    // Likewise the (pair, arming) whose begin was last waited for.
+    let mut waited_begin = None;
     while POOL_GEN.load(Ordering::Relaxed) == gen {
         let seq = notify::seq(Some(lane));
         if locked_poll(d, tid, Lock::Wait).reported {
             ring_bell();
         }
-        match oldest_armed(me).and_then(|(i, arm)| Some((i, arm, pool::pair(i)?.1))) {
-            Some((i, arm, p)) if p.begin_done.load(Ordering::Relaxed) == 1 => {
-                if waited == Some((i, arm)) {
-                    notify::sleep(Some(lane), seq, POLL_SLOW_NS);
-                } else {
-                    waited = Some((i, arm));
-                    // SAFETY: real cuEventSynchronize on a pool event of the pool's context.
-                    unsafe { sync(p.ev_e.load(Ordering::Relaxed) as *mut c_void) };
-                }
-            }
-            _ => notify::sleep(Some(lane), seq, notify::NOTIFIED_IDLE_NS),
+        let mut next = oldest_armed(me);
+        if next.is_none() {
+            // Idle: pairs armed from now on queue a wake-up; one armed before is found here.
+            notify::set_idle(lane);
+            next = oldest_armed(me);
+        }
+        let Some((i, arm, p)) = next.and_then(|(i, arm)| Some((i, arm, pool::pair(i)?.1))) else {
+            notify::sleep(Some(lane), seq, notify::NOTIFIED_IDLE_NS);
+            continue;
+        };
+        notify::set_busy(lane);
+        let (ev, last) = if p.begin_done.load(Ordering::Relaxed) == 1 {
+            (&p.ev_e, &mut waited)
+        } else {
+            (&p.ev_b, &mut waited_begin)
+        };
+        if *last == Some((i, arm)) {
+            notify::sleep(Some(lane), seq, POLL_SLOW_NS);
+        } else {
+            *last = Some((i, arm));
+            // SAFETY: real cuEventSynchronize on a pool event of the pool's context.
+            unsafe { sync(ev.load(Ordering::Relaxed) as *mut c_void) };
         }
     }
 }

@@ -296,6 +296,7 @@ pub(super) fn end(
         .store(ARM_SEQ.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
     // The begin's wake-up is queued after the pair is armed, so that the poll it triggers finds
     // the pair; the lane is published before (the waiter it wakes looks for pairs of its lane).
+    // None is queued while the lane's waiter is busy: it finds the pair itself.
     // If it cannot be queued, the process falls back to polling (the poller notices at its next
     // wake-up).
     let notified = Some(d).filter(|d| notify::available(d));
@@ -309,7 +310,7 @@ pub(super) fn end(
     p.lane.store(lane.unwrap_or(0), Ordering::Relaxed);
     p.state.store(ARMED, Ordering::Release);
     if let (Some(d), Some(lane)) = (notified, lane) {
-        if !notify::arm(d, lane, p.ev_b.load(Ordering::Relaxed)) {
+        if notify::doorbell_needed(lane) && !notify::arm(d, lane, p.ev_b.load(Ordering::Relaxed)) {
             p.lane.store(0, Ordering::Relaxed);
             notify::turn_off();
         }

@@ -4,7 +4,7 @@
 //! even when the poller's timer fallback would poll only every 100 ms. A reader that drains the
 //! rings of a running pipesim job every millisecond (as the agent does) sees each record arrive;
 //! the delay from the record's GPU time to its arrival must be far below the 100 ms polling would
-//! give (median: a quarter of it). The records' times themselves are checked against the truth by
+//! give (median: a quarter of it, p90 a tenth). The records' times themselves are checked against the truth by
 //! `interpose_pipesim`.
 use freeride_abi::event::{Decoded, Event};
 use freeride_abi::reader::RingReader;
@@ -17,9 +17,28 @@ use std::sync::Arc;
 /// The poller's timer fallback with `FREERIDE_POLL_US=100000`.
 const FALLBACK_POLL_NS: i64 = 100_000_000;
 
+/// The default job: each stage's host blocks on its receives, so every op is queued to an idle
+/// comm stream (the begin's wake-up comes from the driver's thread).
 #[test]
 fn comm_begins_and_ends_arrive_without_waiting_for_a_poll() {
-    let (root, session) = freeride_tests::shm_session("comm-notify");
+    freeride_tests::within_three_tries(|| records_arrive_soon("comm-notify", &[]));
+}
+
+/// PyTorch's pipeline runtime: the host queues ahead, so ops queue back to back on a comm stream
+/// while its waiter is busy with the one before (no wake-up is queued: the waiter finds them).
+/// A begin or end found late waits for the next wake-up of the lane or the 50 ms safety net:
+/// with no wake-up queued for any op once the waiter runs, the p90 was 17-24 ms (1.4 ms here).
+#[test]
+fn ops_queued_behind_a_busy_waiter_arrive_without_waiting_for_a_poll() {
+    freeride_tests::within_three_tries(|| {
+        records_arrive_soon("comm-notify-torch", &["--style", "torch"])
+    });
+}
+
+/// One run of pipesim (`style` flags added) under a ring reader: Err if the comm records arrived
+/// late (the median a quarter of the fallback poll, the p90 a tenth of it or more).
+fn records_arrive_soon(tag: &str, style: &[&str]) -> Result<(), String> {
+    let (root, session) = freeride_tests::shm_session(tag);
     let stop = Arc::new(AtomicBool::new(false));
     let reader = {
         let (stop, session) = (stop.clone(), session.clone());
@@ -65,6 +84,7 @@ fn comm_begins_and_ends_arrive_without_waiting_for_a_poll() {
             "2",
         ])
         .args(["--w", "0", "--comm", "1", "--iterations", "3", "--json"])
+        .args(style)
         .env("LD_PRELOAD", freeride_tests::built("libfreeride.so"))
         .env("FREERIDE_DIR", &session)
         .env("FREERIDE_SIM_DIR", root.join("sim"))
@@ -89,16 +109,25 @@ fn comm_begins_and_ends_arrive_without_waiting_for_a_poll() {
     );
     delays.sort_unstable();
     let median = delays[delays.len() / 2];
+    let p90 = delays[delays.len() * 9 / 10];
     eprintln!(
         "{} comm begin/end records; GPU time to arrival: median {} µs, p90 {} µs, max {} µs",
         delays.len(),
         median / 1000,
-        delays[delays.len() * 9 / 10] / 1000,
+        p90 / 1000,
         delays[delays.len() - 1] / 1000
     );
-    assert!(
-        median < FALLBACK_POLL_NS / 4,
-        "comm records arrive {median} ns (median) after their GPU time: the poller was not woken \
-         by the driver"
-    );
+    if median >= FALLBACK_POLL_NS / 4 {
+        return Err(format!(
+            "comm records arrive {median} ns (median) after their GPU time: the poller was not \
+             woken by the driver"
+        ));
+    }
+    if p90 >= FALLBACK_POLL_NS / 10 {
+        return Err(format!(
+            "a tenth of the comm records arrive {p90} ns or more after their GPU time: some were \
+             found only by a later wake-up or a safety net"
+        ));
+    }
+    Ok(())
 }
