@@ -508,8 +508,13 @@ impl Pattern {
         } else {
             1.0
         };
-        // Values left out (another bubble at this position lately) lower the trust.
-        let share = n as f64 / vals.n as f64;
+        // Values left out because they were shorter (another, shorter bubble at this position
+        // lately) lower the trust: the next one may be short again. Longer ones do not: a bubble
+        // that a stall or a slow peer sometimes lengthens still lasts at least as long as the
+        // group, and the grant stops before the shortest recent value anyway.
+        let low = *v.iter().min()?;
+        let shorter = vals.v[..vals.n].iter().filter(|&&x| x < low).count();
+        let share = 1.0 - shorter as f64 / vals.n as f64;
         Some(Prediction {
             expected_ns: expected,
             shortest_ns: shortest,

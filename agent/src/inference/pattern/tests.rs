@@ -264,6 +264,33 @@ fn a_bubble_that_is_sometimes_shorter_is_never_outlasted() {
     assert_eq!(pr.shortest_ns, 5_000_000);
 }
 
+/// The confidence at a position whose bubble is 10 ms but every other one `other` ms.
+fn confidence_with_every_other(other: Ns) -> Prediction {
+    let mut p = Pattern::new();
+    let it = [recv(0), ar()];
+    let mut t = 0;
+    let mut last = None;
+    for k in 0..8 {
+        let ids = feed(&mut p, &mut t, k, &it, |_, _| None);
+        last = p.predict(ids[0], 0);
+        p.record(ids[0], 0, if k % 2 == 1 { other } else { 10_000_000 });
+    }
+    last.unwrap()
+}
+
+/// A bubble that a stall lengthens every other iteration still lasts at least its usual length:
+/// full trust in that; one that is sometimes shorter may be short again: less.
+#[test]
+fn only_shorter_values_left_out_lower_the_confidence() {
+    let longer = confidence_with_every_other(25_000_000);
+    let shorter = confidence_with_every_other(4_000_000);
+    assert_eq!(longer.expected_ns, 10_000_000);
+    assert_eq!(longer.shortest_ns, 10_000_000);
+    assert!(longer.confidence > 0.95, "{longer:?}");
+    assert_eq!(shorter.shortest_ns, 4_000_000);
+    assert!(shorter.confidence < 0.7, "{shorter:?}");
+}
+
 #[test]
 fn a_missed_iteration_is_skipped_over() {
     let mut p = Pattern::new();
