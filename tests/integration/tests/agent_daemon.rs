@@ -88,14 +88,36 @@ fn a_restarted_agent_relearns_from_live_rings() {
     let mut b = agent(&dir);
     // The iteration is about 150 ms (2 stages, 4 micro-batches of 10 ms): 3 iterations < 0.5 s; allow
     // a busy machine several times that.
-    let v = wait_learnt(&dir, 2, Duration::from_secs(5));
+    // Relearnt: every GPU's period known and right. An agent that begins in the job's steady
+    // state may take a micro-batch's sends and receives for the iteration at first (once in
+    // about ten suite runs it said 31 ms for a moment): it must have corrected it in time.
+    let in_range = |p: u64| p > 100_000_000 && p < 400_000_000;
+    let t0 = Instant::now();
+    let mut last = None;
+    while t0.elapsed() < Duration::from_secs(5) {
+        let left = Duration::from_secs(5).saturating_sub(t0.elapsed());
+        let Some(v) = wait_learnt(&dir, 2, left) else {
+            break;
+        };
+        let periods: Vec<u64> = v["gpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|g| g["iteration_ns"].as_u64())
+            .collect();
+        if periods.iter().all(|&p| in_range(p)) {
+            last = Some(Ok(periods));
+            break;
+        }
+        last = Some(Err(periods));
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let took = killed_at.elapsed();
-    assert!(v.is_some(), "restarted agent did not relearn within 5 s");
-    let period = v.unwrap()["gpus"][0]["iteration_ns"].as_u64().unwrap();
-    assert!(
-        period > 100_000_000 && period < 400_000_000,
-        "period {period}"
-    );
+    match last {
+        None => panic!("restarted agent did not relearn within 5 s"),
+        Some(Err(periods)) => panic!("restarted agent's periods after 5 s: {periods:?}"),
+        Some(Ok(_)) => {}
+    }
     let st = j.wait().unwrap();
     assert!(
         st.success(),

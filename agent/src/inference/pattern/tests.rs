@@ -247,35 +247,32 @@ fn one_outlier_is_ignored_and_a_change_is_adopted_after_two() {
     assert_eq!(pred[11], Some(20_000_000), "{pred:?}");
 }
 
-#[test]
-fn a_bubble_that_is_sometimes_shorter_is_never_outlasted() {
+/// The prediction at one position after `iterations` iterations whose bubble there lasted
+/// `len(iteration)`.
+fn prediction_after(iterations: usize, len: impl Fn(usize) -> Ns) -> Prediction {
     let mut p = Pattern::new();
     let it = [recv(0), ar()];
     let mut t = 0;
     let mut last = None;
-    for k in 0..7 {
+    for k in 0..iterations {
         let ids = feed(&mut p, &mut t, k, &it, |_, _| None);
         last = p.predict(ids[0], 0);
-        // Every third one is half as long.
-        p.record(ids[0], 0, if k % 3 == 2 { 5_000_000 } else { 10_000_000 });
+        p.record(ids[0], 0, len(k));
     }
-    let pr = last.unwrap();
+    last.unwrap()
+}
+
+#[test]
+fn a_bubble_that_is_sometimes_shorter_is_never_outlasted() {
+    // Every third one is half as long.
+    let pr = prediction_after(7, |k| if k % 3 == 2 { 5_000_000 } else { 10_000_000 });
     assert_eq!(pr.expected_ns, 10_000_000);
     assert_eq!(pr.shortest_ns, 5_000_000);
 }
 
-/// The confidence at a position whose bubble is 10 ms but every other one `other` ms.
+/// The prediction at a position whose bubble is 10 ms but every other one `other` ms.
 fn confidence_with_every_other(other: Ns) -> Prediction {
-    let mut p = Pattern::new();
-    let it = [recv(0), ar()];
-    let mut t = 0;
-    let mut last = None;
-    for k in 0..8 {
-        let ids = feed(&mut p, &mut t, k, &it, |_, _| None);
-        last = p.predict(ids[0], 0);
-        p.record(ids[0], 0, if k % 2 == 1 { other } else { 10_000_000 });
-    }
-    last.unwrap()
+    prediction_after(8, |k| if k % 2 == 1 { other } else { 10_000_000 })
 }
 
 /// A bubble that a stall lengthens every other iteration still lasts at least its usual length:
