@@ -500,6 +500,7 @@ fn translate(p: &mut Proc, d: &Decoded, now: Ns, out: &mut Vec<TrainerObs>) {
                     id,
                     key: k.key,
                     parties: k.parties,
+                    receives: k.receives,
                 });
             }
             return;
@@ -521,6 +522,7 @@ fn translate(p: &mut Proc, d: &Decoded, now: Ns, out: &mut Vec<TrainerObs>) {
                         id,
                         key: m.key,
                         parties: m.parties,
+                        receives: m.receives,
                     });
                 }
             }

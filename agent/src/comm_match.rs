@@ -44,6 +44,8 @@ pub struct Communicators {
 pub struct MatchKey {
     pub key: u64,
     pub parties: u32,
+    /// The op is the pair's receive.
+    pub receives: bool,
 }
 
 fn mix(h: u64, v: u64) -> u64 {
@@ -98,7 +100,11 @@ impl Communicators {
             mix(mix(j.ident, from as u32 as u64), to as u32 as u64),
             seq as u64,
         );
-        Some(MatchKey { key: h, parties })
+        Some(MatchKey {
+            key: h,
+            parties,
+            receives: kind == CommKind::Recv,
+        })
     }
 }
 
@@ -136,15 +142,19 @@ mod tests {
         let back = b.next_key(0x99, CommKind::Send, 0).unwrap();
         let r0 = b.next_key(0x99, CommKind::Recv, 0).unwrap();
         let r1 = b.next_key(0x99, CommKind::Recv, 0).unwrap();
-        assert_eq!((s0, s1), (r0, r1));
-        assert_ne!(s0, s1);
-        assert_eq!(s0.parties, 2);
-        assert_eq!(back, a.next_key(0x10, CommKind::Recv, 1).unwrap());
-        assert_ne!(back, s0);
+        assert_eq!((s0.key, s1.key), (r0.key, r1.key));
+        assert_ne!(s0.key, s1.key);
+        assert_eq!((s0.parties, r0.parties), (2, 2));
+        assert!(!s0.receives && r0.receives && !back.receives);
+        let back_received = a.next_key(0x10, CommKind::Recv, 1).unwrap();
+        assert_eq!(back.key, back_received.key);
+        assert!(back_received.receives);
+        assert_ne!(back.key, s0.key);
         let ca = a.next_key(0x10, CommKind::AllReduce, -1).unwrap();
         let cb = b.next_key(0x99, CommKind::AllGather, -1).unwrap();
         assert_eq!(ca, cb);
         assert_eq!(ca.parties, 2);
+        assert!(!ca.receives);
     }
 
     #[test]

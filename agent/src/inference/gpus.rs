@@ -106,29 +106,20 @@ impl Gpus {
                 id,
                 key: k,
                 parties,
-            } => self.partners.matched(key, id, k, parties),
+                receives,
+            } => self.partners.matched(key, id, k, parties, receives),
             Obs::CommBegin { id, t, .. } => {
-                for taught in self.partners.began(key, id, t) {
-                    match taught {
-                        Taught::Began { who, id, t } => {
-                            if let Some(x) = self.timelines.get_mut(&who) {
-                                x.timeline.transfer_began(id, t);
-                            }
-                        }
-                        Taught::Transferred { who, sig, ns } => {
-                            if let Some(x) = self.timelines.get_mut(&who) {
-                                x.timeline
-                                    .bound_transfer(&sig, ns + MATCHED_BOUND_MARGIN_NS);
-                            }
-                        }
-                    }
-                }
+                let taught = self.partners.began(key, id, t);
+                self.apply(taught);
             }
             Obs::CommEnd { id, .. } => {
                 let timed = ended.first().map(|&(sig, _, end)| (end, sig));
-                self.partners.ended(key, id, timed);
+                let taught = self.partners.ended(key, id, timed);
+                self.apply(taught);
             }
-            Obs::CommUntimed { id } => self.partners.ended(key, id, None),
+            Obs::CommUntimed { id } => {
+                self.partners.ended(key, id, None);
+            }
             _ => {}
         }
         if self.timelines.len() < 2 || keyed {
@@ -138,6 +129,25 @@ impl Gpus {
             for (who, s, ns) in self.matcher.on_end(key, sig, begin, end) {
                 if let Some(t) = self.timelines.get_mut(&who) {
                     t.timeline.bound_transfer(&s, ns + PEER_BOUND_MARGIN_NS);
+                }
+            }
+        }
+    }
+
+    /// Hands what the partners taught to the timelines concerned.
+    fn apply(&mut self, taught: Vec<Taught>) {
+        for t in taught {
+            match t {
+                Taught::Transferring { who, id, t } => {
+                    if let Some(x) = self.timelines.get_mut(&who) {
+                        x.timeline.partners_transferring(id, t);
+                    }
+                }
+                Taught::Transferred { who, sig, ns } => {
+                    if let Some(x) = self.timelines.get_mut(&who) {
+                        x.timeline
+                            .bound_transfer(&sig, ns + MATCHED_BOUND_MARGIN_NS);
+                    }
                 }
             }
         }
@@ -337,6 +347,7 @@ mod tests {
                         id,
                         key: 0xfeed,
                         parties: 2,
+                        receives: s.kind == CommKind::Recv,
                     };
                     g.observe(pid, Some(gpu), m, 200);
                 }

@@ -136,8 +136,14 @@ pub enum Obs {
         sig: CommSig,
     },
     /// Op `id` (issued just before) shares match key `key` with the ops of `parties - 1` other
-    /// processes: they are one collective or one send/receive pair ([`crate::comm_match`]).
-    CommMatch { id: u64, key: u64, parties: u32 },
+    /// processes: they are one collective or one send/receive pair ([`crate::comm_match`]);
+    /// `receives`: op `id` is the pair's receive.
+    CommMatch {
+        id: u64,
+        key: u64,
+        parties: u32,
+        receives: bool,
+    },
     /// Op `id` began on the GPU at `t`; the agent learnt it at `seen`.
     CommBegin { id: u64, t: Ns, seen: Ns },
     /// Op `id` ended on the GPU at `t`; the agent learnt it at `seen`.

@@ -8,6 +8,9 @@
 //! * when the last party of a key begins, every party's op is transferring from then (a live
 //!   signal, [`Partners::began`]: a grant over it closes at once, instead of when the op's end is
 //!   read);
+//! * when the receiving end of a send/receive pair ends, the pair's data has arrived: its
+//!   sender's GPU is done moving it ([`Partners::ended`]; a group that sent to it and still waits
+//!   for its own receive's data is idle again, until the learnt time that data comes);
 //! * when an op ends, its transfer cannot have begun before the latest begin of its key's parties
 //!   seen on this node ([`Partners::floor`]: a party on another node is not seen, so the floor is
 //!   lower, never wrong): the bubble before it lasted at least until then. That holds for receives and
@@ -36,11 +39,15 @@ struct KeyState {
     members: Vec<(Who, u64, Option<Ns>)>,
     /// When every party had begun (the latest begin).
     done: Option<Ns>,
+    /// Its data has all arrived (a receiving party's op, which sent nothing, ended).
+    delivered: bool,
 }
 
 #[derive(Debug, Default)]
 struct Unit {
     keys: Vec<u64>,
+    /// The keys it receives (their data has all arrived once it ends).
+    receives: Vec<u64>,
     /// The earliest completion among its keys, and how many completed.
     first_done: Option<Ns>,
     done: usize,
@@ -52,8 +59,10 @@ struct Unit {
 /// What a begin teaches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Taught {
-    /// Op `id` of `who` (in flight) is transferring from GPU time `t` at the latest.
-    Began { who: Who, id: u64, t: Ns },
+    /// What op `id` of `who` (in flight) transfers now, after a change of its keys: from GPU
+    /// time `t` at the latest (`Some`), or nothing for any key (`None`,
+    /// [`Partners::transferring`]).
+    Transferring { who: Who, id: u64, t: Option<Ns> },
     /// An op of `sig` of `who` that had ended (its partner's begin was read after its end)
     /// transferred for at most `ns`: a bound for the ops of its kind (a collective's
     /// transfer; for a receive, its end less its send's begin; nothing for a send).
@@ -95,8 +104,9 @@ pub struct Partners {
 }
 
 impl Partners {
-    /// Op `id` of `who` has match key `key`, shared by `parties` processes' ops.
-    pub fn matched(&mut self, who: Who, id: u64, key: u64, parties: u32) {
+    /// Op `id` of `who` has match key `key`, shared by `parties` processes' ops; `receives`: it
+    /// is the key's receiving end (the receive of a send/receive pair).
+    pub fn matched(&mut self, who: Who, id: u64, key: u64, parties: u32, receives: bool) {
         if self.units.len() >= MAX_UNITS && !self.units.contains_key(&(who, id)) {
             self.units.clear();
         }
@@ -112,6 +122,7 @@ impl Partners {
             parties,
             members: Vec::new(),
             done: None,
+            delivered: false,
         });
         // A key with more members than parties was miscounted (lost records): it teaches
         // nothing more.
@@ -123,6 +134,9 @@ impl Partners {
             self.stats.keyed_ops += 1;
         }
         u.keys.push(key);
+        if receives {
+            u.receives.push(key);
+        }
     }
 
     pub fn stats(&self) -> MatchStats {
@@ -132,6 +146,8 @@ impl Partners {
     /// Op `id` of `who` began on the GPU at `t`: what that teaches (itself included).
     pub fn began(&mut self, who: Who, id: u64, t: Ns) -> Vec<Taught> {
         let mut out = vec![];
+        // The parties in flight of the keys that completed.
+        let mut in_flight = vec![];
         let Some(keys) = self.units.get(&(who, id)).map(|u| u.keys.clone()) else {
             return out;
         };
@@ -151,7 +167,8 @@ impl Partners {
             let done = k.members.iter().filter_map(|m| m.2).max().unwrap_or(t);
             k.done = Some(done);
             self.stats.completed_keys += 1;
-            for &(w, i, _) in &k.members {
+            let members = k.members.clone();
+            for &(w, i, _) in &members {
                 let Some(u) = self.units.get_mut(&(w, i)) else {
                     continue;
                 };
@@ -159,14 +176,9 @@ impl Partners {
                 let first = u.first_done.map_or(done, |f| f.min(done));
                 u.first_done = Some(first);
                 match u.ended {
-                    None => out.push(Taught::Began {
-                        who: w,
-                        id: i,
-                        t: first,
-                    }),
+                    None => in_flight.push((w, i)),
                     Some((end, sig)) if u.done == u.keys.len() => {
-                        let others = k
-                            .members
+                        let others = members
                             .iter()
                             .filter(|m| (m.0, m.1) != (w, i))
                             .filter_map(|m| m.2)
@@ -191,7 +203,28 @@ impl Partners {
                 }
             }
         }
+        in_flight.sort_unstable();
+        in_flight.dedup();
+        for (w, i) in in_flight {
+            out.push(Taught::Transferring {
+                who: w,
+                id: i,
+                t: self.transferring(w, i),
+            });
+        }
         out
+    }
+
+    /// Since when op `id` of `who` transfers for one of its keys: the earliest completion of a
+    /// key whose data has not all arrived yet (`None`: no such key).
+    pub fn transferring(&self, who: Who, id: u64) -> Option<Ns> {
+        let u = self.units.get(&(who, id))?;
+        u.keys
+            .iter()
+            .filter_map(|key| self.keys.get(key))
+            .filter(|k| !k.delivered)
+            .filter_map(|k| k.done)
+            .min()
     }
 
     /// The earliest op `id` of `who` can have begun transferring, from the begins of its keys'
@@ -234,8 +267,40 @@ impl Partners {
 
     /// Op `id` of `who` ended (`end`: at that GPU time, with its signature, when it was timed) or
     /// will never be timed. One whose keys did not all complete yet is kept a while: its
-    /// partners' begins may be read after its end.
-    pub fn ended(&mut self, who: Who, id: u64, end: Option<(Ns, CommSig)>) {
+    /// partners' begins may be read after its end. An op that ended has all the data of the keys
+    /// it receives: what that changes for their other parties in flight.
+    pub fn ended(&mut self, who: Who, id: u64, end: Option<(Ns, CommSig)>) -> Vec<Taught> {
+        let mut out = vec![];
+        if end.is_some() {
+            let keys = self
+                .units
+                .get(&(who, id))
+                .map_or(vec![], |u| u.receives.clone());
+            let mut others = vec![];
+            for key in keys {
+                if let Some(k) = self.keys.get_mut(&key) {
+                    k.delivered = true;
+                    others.extend(k.members.iter().map(|m| (m.0, m.1)));
+                }
+            }
+            others.retain(|&m| m != (who, id));
+            others.sort_unstable();
+            others.dedup();
+            for (w, i) in others {
+                if self.units.get(&(w, i)).is_some_and(|u| u.ended.is_none()) {
+                    out.push(Taught::Transferring {
+                        who: w,
+                        id: i,
+                        t: self.transferring(w, i),
+                    });
+                }
+            }
+        }
+        self.forget_ended(who, id, end);
+        out
+    }
+
+    fn forget_ended(&mut self, who: Who, id: u64, end: Option<(Ns, CommSig)>) {
         let Some(u) = self.units.get_mut(&(who, id)) else {
             return;
         };
@@ -275,24 +340,24 @@ mod tests {
     #[test]
     fn a_pair_transfers_from_the_later_begin_on_both_sides() {
         let mut p = Partners::default();
-        p.matched(A, 10, 0xaa, 2);
+        p.matched(A, 10, 0xaa, 2, false);
         // The receiver began first: nothing yet.
         assert!(p.began(A, 10, 1_000).is_empty());
         // Its sender's op is issued and begins later.
-        p.matched(B, 20, 0xaa, 2);
+        p.matched(B, 20, 0xaa, 2, false);
         let out = p.began(B, 20, 5_000);
         assert_eq!(
             out,
             vec![
-                Taught::Began {
+                Taught::Transferring {
                     who: A,
                     id: 10,
-                    t: 5_000
+                    t: Some(5_000)
                 },
-                Taught::Began {
+                Taught::Transferring {
                     who: B,
                     id: 20,
-                    t: 5_000
+                    t: Some(5_000)
                 }
             ]
         );
@@ -322,19 +387,19 @@ mod tests {
     fn a_collective_waits_for_every_party_and_a_remote_one_never_completes() {
         let mut p = Partners::default();
         for (w, id) in [(A, 1), (B, 2)] {
-            p.matched(w, id, 0xc0, 3);
+            p.matched(w, id, 0xc0, 3, false);
         }
         assert!(p.began(A, 1, 100).is_empty());
         assert!(p.began(B, 2, 200).is_empty());
-        p.matched(C, 3, 0xc0, 3);
+        p.matched(C, 3, 0xc0, 3, false);
         let out = p.began(C, 3, 150);
         assert_eq!(out.len(), 3);
         assert!(out
             .iter()
-            .all(|b| matches!(b, Taught::Began { t: 200, .. })));
+            .all(|b| matches!(b, Taught::Transferring { t: Some(200), .. })));
         // Four parties, three local: never complete; the floor is the latest local begin.
         for (w, id, t) in [(A, 4, 300), (B, 5, 900), (C, 6, 400)] {
-            p.matched(w, id, 0xc1, 4);
+            p.matched(w, id, 0xc1, 4, false);
             assert!(p.began(w, id, t).is_empty());
         }
         assert_eq!(
@@ -350,15 +415,15 @@ mod tests {
     fn a_group_is_busy_from_its_first_completed_key() {
         let mut p = Partners::default();
         // B sends to A and receives from C in one group (two keys).
-        p.matched(B, 7, 0x01, 2);
-        p.matched(B, 7, 0x02, 2);
-        p.matched(A, 1, 0x01, 2);
-        p.matched(C, 3, 0x02, 2);
+        p.matched(B, 7, 0x01, 2, false);
+        p.matched(B, 7, 0x02, 2, false);
+        p.matched(A, 1, 0x01, 2, false);
+        p.matched(C, 3, 0x02, 2, false);
         p.began(B, 7, 1_000);
         let out = p.began(A, 1, 2_000);
         let at = |out: &[Taught], w: Who| {
             out.iter().find_map(|x| match *x {
-                Taught::Began { who, t, .. } if who == w => Some(t),
+                Taught::Transferring { who, t, .. } if who == w => t,
                 _ => None,
             })
         };
@@ -380,8 +445,8 @@ mod tests {
     #[test]
     fn ended_and_gone_ops_teach_nothing() {
         let mut p = Partners::default();
-        p.matched(A, 1, 0x05, 2);
-        p.matched(B, 2, 0x05, 2);
+        p.matched(A, 1, 0x05, 2, false);
+        p.matched(B, 2, 0x05, 2, false);
         assert!(p.has(A, 1) && !p.has(A, 2));
         p.ended(A, 1, None);
         assert!(!p.has(A, 1));
@@ -399,8 +464,8 @@ mod tests {
             peer: -1,
             bytes: 64,
         };
-        p.matched(A, 1, 0x07, 2);
-        p.matched(B, 2, 0x07, 2);
+        p.matched(A, 1, 0x07, 2, false);
+        p.matched(B, 2, 0x07, 2, false);
         p.began(A, 1, 1_000);
         // A's op ended at 9 000 before B's begin (at 6 000) was read.
         p.ended(A, 1, Some((9_000, sig)));
@@ -411,10 +476,10 @@ mod tests {
             sig,
             ns: 3_000
         }));
-        assert!(out.contains(&Taught::Began {
+        assert!(out.contains(&Taught::Transferring {
             who: B,
             id: 2,
-            t: 6_000
+            t: Some(6_000)
         }));
         // Taught once, and the ended op is forgotten.
         assert!(!p.units.contains_key(&(A, 1)));
@@ -431,8 +496,8 @@ mod tests {
             peer: 0,
             ..sig
         };
-        p.matched(A, 3, 0x09, 2);
-        p.matched(B, 4, 0x09, 2);
+        p.matched(A, 3, 0x09, 2, false);
+        p.matched(B, 4, 0x09, 2, false);
         p.began(A, 3, 1_000);
         p.ended(A, 3, Some((9_000, recv)));
         let out = p.began(B, 4, 4_000);
@@ -441,15 +506,63 @@ mod tests {
             sig: recv,
             ns: 5_000
         }));
-        p.matched(A, 6, 0x0a, 2);
-        p.matched(B, 7, 0x0a, 2);
+        p.matched(A, 6, 0x0a, 2, false);
+        p.matched(B, 7, 0x0a, 2, false);
         p.began(A, 6, 1_000);
         p.ended(A, 6, Some((9_000, send)));
         let out = p.began(B, 7, 4_000);
         assert!(!out.iter().any(|t| matches!(t, Taught::Transferred { .. })));
         // An untimed end (no times) keeps nothing.
-        p.matched(A, 5, 0x08, 2);
+        p.matched(A, 5, 0x08, 2, false);
         p.ended(A, 5, None);
         assert!(!p.units.contains_key(&(A, 5)));
+    }
+
+    #[test]
+    fn a_receive_that_ended_frees_its_sender() {
+        let mut p = Partners::default();
+        let recv = CommSig {
+            comm: 3,
+            kind: crate::inference::obs::CommKind::Recv,
+            peer: 1,
+            bytes: 64,
+        };
+        // B sends to A (0x01) and receives from C (0x02) in one group; C sends to B alone.
+        p.matched(B, 7, 0x01, 2, false);
+        p.matched(B, 7, 0x02, 2, true);
+        p.matched(A, 1, 0x01, 2, true);
+        p.matched(C, 3, 0x02, 2, false);
+        for (w, id, t) in [(B, 7, 1_000), (A, 1, 2_000), (C, 3, 3_000)] {
+            p.began(w, id, t);
+        }
+        assert_eq!(p.transferring(B, 7), Some(2_000));
+        // A's receive ended: B's send to it is done; B still waits for C's data (from 3 000).
+        let out = p.ended(A, 1, Some((5_000, recv)));
+        assert_eq!(
+            out,
+            vec![Taught::Transferring {
+                who: B,
+                id: 7,
+                t: Some(3_000)
+            }]
+        );
+        // B's group ended, so C's send to it is done: nothing moves for C any more.
+        let out = p.ended(B, 7, Some((6_000, recv)));
+        assert_eq!(
+            out,
+            vec![Taught::Transferring {
+                who: C,
+                id: 3,
+                t: None
+            }]
+        );
+        assert_eq!(p.transferring(C, 3), None);
+        // An untimed end delivers nothing.
+        p.matched(A, 8, 0x03, 2, true);
+        p.matched(C, 9, 0x03, 2, false);
+        p.began(A, 8, 7_000);
+        p.began(C, 9, 7_500);
+        assert!(p.ended(A, 8, None).is_empty());
+        assert_eq!(p.transferring(C, 9), Some(7_500));
     }
 }

@@ -171,6 +171,17 @@ impl Stream {
         self.blockers.iter().find(|b| b.wait == wait)
     }
 
+    /// Whether the GPU is known past the first `count` launches and past every wait queued
+    /// among them or right after them (what a point recorded after them waits for: a wait queued
+    /// after the last of them may stand before the record, so it counts).
+    pub fn ran_to(&self, count: u64) -> bool {
+        self.drained >= count
+            && !self
+                .blockers
+                .iter()
+                .any(|b| b.at <= count && b.released.is_none())
+    }
+
     /// Whether a wait on this stream still waits for op `id`.
     pub fn awaits(&self, id: u64) -> bool {
         self.blockers

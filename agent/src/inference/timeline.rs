@@ -27,7 +27,7 @@ use super::partners::Floor;
 use super::pattern::{OpIndex, Part, Pattern, WAIT};
 use super::streams::{Blocker, Stream, Window};
 use super::transfer::Transfers;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 /// Ops issued and not ended kept at most (a lost record must not grow the table without bound).
 pub const MAX_PENDING_OPS: usize = 4096;
@@ -98,6 +98,22 @@ struct Idle {
 /// Bubbles shorter than this are not learnt (nothing can be granted in them).
 pub const MIN_LEARNT_NS: Ns = 100_000;
 
+/// An op that began and has not ended: the earliest time it may start transferring.
+#[derive(Clone, Copy, Debug)]
+struct InFlight {
+    /// Its begin plus the shortest wait learnt at its position (its begin when nothing was
+    /// learnt).
+    learnt: Ns,
+    /// What its partners say: transferring from then ([`Timeline::partners_transferring`]).
+    partners: Option<Ns>,
+}
+
+impl InFlight {
+    fn busy_from(&self) -> Ns {
+        self.partners.map_or(self.learnt, |p| p.min(self.learnt))
+    }
+}
+
 /// One (process, GPU) timeline.
 #[derive(Debug, Default)]
 pub struct Timeline {
@@ -110,10 +126,11 @@ pub struct Timeline {
     ops: HashMap<u64, Op>,
     /// Pending ops in issue order (ids; ended ones are skipped lazily).
     order: VecDeque<u64>,
-    /// Ops that began and have not ended: their pattern index, and the earliest time each may
-    /// start transferring (its begin plus the shortest wait learnt at its position; its begin when
-    /// nothing was learnt).
-    in_flight: HashMap<u64, (OpIndex, Ns)>,
+    /// Ops that began and have not ended: when each may start transferring.
+    in_flight: HashMap<u64, InFlight>,
+    /// Streams whose comm ops were seen to begin: only theirs are expected to (ops captured into
+    /// a graph, or on a stream the interposer cannot time, never are).
+    timed: HashSet<StreamId>,
     transfers: Transfers,
     /// Known transfer intervals (the GPU is busy in them), with the op's pattern index and the
     /// part a bubble after it is learnt as.
@@ -160,8 +177,46 @@ impl Timeline {
     /// The bubble open now, if any.
     pub fn open_now(&self) -> Option<OpenBubble> {
         let mut b = self.open.as_ref()?.bubble;
-        b.busy_from = self.in_flight.values().map(|x| x.1).min();
+        b.busy_from = self
+            .in_flight
+            .values()
+            .map(InFlight::busy_from)
+            .chain(self.may_begin(b.start))
+            .min();
         Some(b)
+    }
+
+    /// When the ops issued but not seen to begin may start transferring, for those that can begin
+    /// now: the first op on its stream that has not ended, with the compute queued before it run
+    /// and no wait on communication in flight queued on its stream.
+    /// Its begin record may come late (the poller's delay): it may begin from its issue or the
+    /// bubble's start, whichever is later, and transfer after the shortest wait learnt at its
+    /// position. (One whose compute has not run, or that is queued behind another op or behind
+    /// such a wait, cannot begin yet; one on a stream never seen timed will not be seen to begin.)
+    fn may_begin(&self, start: Ns) -> impl Iterator<Item = Ns> + '_ {
+        let mut streams: Vec<StreamId> = vec![];
+        self.order.iter().filter_map(move |id| {
+            let op = self.ops.get(id)?;
+            if streams.contains(&op.stream) {
+                return None;
+            }
+            streams.push(op.stream);
+            let ready = op
+                .deps
+                .iter()
+                .all(|&(s, k)| self.streams.get(&s).is_none_or(|s| s.ran_to(k)))
+                && self
+                    .streams
+                    .get(&op.stream)
+                    .is_none_or(|s| s.ran_to(s.launches));
+            (op.begin.is_none() && ready && self.timed.contains(&op.stream)).then(|| {
+                let wait = self
+                    .pattern
+                    .predict(op.pos, WAIT)
+                    .map_or(0, |p| p.shortest_ns);
+                op.issued.max(start) + wait
+            })
+        })
     }
 
     /// Bubbles closed since the last call.
@@ -174,14 +229,16 @@ impl Timeline {
         std::mem::take(&mut self.ended)
     }
 
-    /// Op `id`'s transfer is under way from GPU time `t` at the latest (every party to one of
-    /// its match keys had begun, [`super::partners`]): a grant must not run past it.
-    pub fn transfer_began(&mut self, id: u64, t: Ns) {
+    /// What op `id`'s partners say of its transfer now ([`super::partners`]): `Some(t)`, under
+    /// way from GPU time `t` at the latest (every party to one of its match keys had begun, and
+    /// that key's data has not all arrived): a grant must not run past it; `None`, nothing moves
+    /// for a key now (none completed, or the ones that did have delivered their data).
+    pub fn partners_transferring(&mut self, id: u64, t: Option<Ns>) {
         let Some(b) = self.ops.get(&id).and_then(|op| op.begin) else {
             return;
         };
         if let Some(f) = self.in_flight.get_mut(&id) {
-            f.1 = f.1.min(t.max(b));
+            f.partners = t.map(|t| t.max(b));
         }
     }
 
@@ -438,8 +495,15 @@ impl Timeline {
         }
         op.begin = Some(t);
         let (stream, sig, pos) = (op.stream, op.sig, op.pos);
+        self.timed.insert(stream);
         let wait = self.pattern.predict(pos, WAIT).map_or(0, |p| p.shortest_ns);
-        self.in_flight.insert(id, (pos, t + wait));
+        self.in_flight.insert(
+            id,
+            InFlight {
+                learnt: t + wait,
+                partners: None,
+            },
+        );
         let deps = std::mem::take(&mut op.deps);
         self.forget_before(stream, id, false);
         for (s, k) in deps {

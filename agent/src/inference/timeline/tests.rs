@@ -357,8 +357,8 @@ fn a_transfer_its_partners_began_is_busy_at_once_and_bounds_the_bubble() {
     assert_eq!((open.start, open.busy_from), (1_000, Some(1_000)));
     // Its sender began at 6 000: it is transferring from then (a grant must close), and an op
     // not of this timeline, or a time before its own begin, changes nothing more.
-    tl.transfer_began(1, 6_000);
-    tl.transfer_began(99, 2_000);
+    tl.partners_transferring(1, Some(6_000));
+    tl.partners_transferring(99, Some(2_000));
     assert_eq!(tl.open_now().and_then(|b| b.busy_from), Some(1_000));
     // At its end: every party had begun by 6 000; nothing moved before.
     tl.transfer_floor(
@@ -406,9 +406,15 @@ fn a_transfer_its_partners_began_is_busy_at_once_and_bounds_the_bubble() {
             },
         ],
     );
-    tl.in_flight.get_mut(&2).expect("in flight").1 = 10_000;
+    tl.in_flight.get_mut(&2).expect("in flight").learnt = 10_000;
     assert_eq!(tl.open_now().and_then(|b| b.busy_from), Some(10_000));
-    tl.transfer_began(2, 4_000);
+    tl.partners_transferring(2, Some(4_000));
+    assert_eq!(tl.open_now().and_then(|b| b.busy_from), Some(4_000));
+    // Its partners' data arrived (the key's receive ended): the learnt wait holds again...
+    tl.partners_transferring(2, None);
+    assert_eq!(tl.open_now().and_then(|b| b.busy_from), Some(10_000));
+    // ...until another key of it is under way.
+    tl.partners_transferring(2, Some(4_000));
     assert_eq!(tl.open_now().and_then(|b| b.busy_from), Some(4_000));
     // A floor from the local parties alone (one on another node not seen) still bounds the
     // transfer: nothing moved before the local parties' latest begin.
@@ -435,4 +441,74 @@ fn a_transfer_its_partners_began_is_busy_at_once_and_bounds_the_bubble() {
     );
     let b: Vec<_> = tl.take_closed().iter().map(|b| (b.start, b.end)).collect();
     assert_eq!(b, vec![(1_000, 4_000), (9_000, 9_200)]);
+}
+
+#[test]
+fn an_op_that_may_have_begun_unseen_bounds_the_bubble() {
+    // The compute drained at 1 000 (a synchronize returned); a receive issued at 2 000 on a
+    // stream whose ops are timed can begin at once: its begin record may come late, so the GPU
+    // may be transferring from its issue (no wait learnt at its position).
+    let mut tl = Timeline::new();
+    learn_transfer(&mut tl);
+    let drained = [
+        Obs::Launch { t: 100, stream: C },
+        Obs::Sync {
+            t0: 150,
+            t1: 1_000,
+            on: SyncOn::Device,
+        },
+    ];
+    feed(&mut tl, &drained);
+    assert_eq!(tl.open_now().map(|b| b.busy_from), Some(None));
+    let issue = |id, t, stream| Obs::CommIssue {
+        t,
+        id,
+        stream,
+        sig: recv(),
+    };
+    feed(&mut tl, &[issue(2, 2_000, P2P), issue(3, 2_500, P2P)]);
+    let open = tl.open_now().expect("nothing can run");
+    assert_eq!((open.start, open.busy_from), (1_000, Some(2_000)));
+    // On a stream never seen timed (graph-captured ops, say) an op says nothing.
+    let mut tl = Timeline::new();
+    learn_transfer(&mut tl);
+    feed(&mut tl, &drained);
+    feed(&mut tl, &[issue(2, 2_000, 30)]);
+    assert_eq!(tl.open_now().map(|b| b.busy_from), Some(None));
+    // Queued behind a wait on a receive in flight, an op cannot begin: the in-flight receive
+    // bounds the bubble, from its learnt wait (here 50 µs after its begin).
+    let mut tl = Timeline::new();
+    learn_transfer(&mut tl);
+    feed(
+        &mut tl,
+        &[
+            Obs::Launch { t: 100, stream: C },
+            issue(1, 200, 21),
+            Obs::EventRecord {
+                t: 210,
+                event: 5,
+                stream: 21,
+            },
+            Obs::StreamWait {
+                t: 220,
+                stream: P2P,
+                event: 5,
+                wait: 9,
+            },
+            issue(2, 230, P2P),
+            Obs::Sync {
+                t0: 240,
+                t1: 900,
+                on: SyncOn::Stream(C),
+            },
+            Obs::CommBegin {
+                id: 1,
+                t: 1_000,
+                seen: 1_100,
+            },
+        ],
+    );
+    tl.in_flight.get_mut(&1).expect("in flight").learnt = 50_000;
+    let open = tl.open_now().expect("nothing can run");
+    assert_eq!((open.start, open.busy_from), (900, Some(50_000)));
 }
