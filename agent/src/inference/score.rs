@@ -120,6 +120,78 @@ impl GrantTally {
     }
 }
 
+/// Idle intervals shorter than this that got no grant are counted apart in [`Coverage`]: a grant
+/// needs the bubble to be seen (a few hundred µs), a guard before its end and a minimum length.
+pub const SHORT_IDLE_NS: Ns = 1_000_000;
+
+/// Where a GPU's true idle time went, against its grants: what the grants covered, and what they
+/// left before the first grant of an idle interval, after its last, between its grants, and in
+/// intervals with no grant at all (under [`SHORT_IDLE_NS`], and longer). The parts add up to
+/// `idle_ns`. Add several GPUs' together before dividing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Coverage {
+    pub idle_ns: Ns,
+    pub covered_ns: Ns,
+    pub before_ns: Ns,
+    pub after_ns: Ns,
+    pub between_ns: Ns,
+    pub ungranted_short_ns: Ns,
+    pub ungranted_ns: Ns,
+}
+
+impl Coverage {
+    /// `idle` and `granted` need not be merged.
+    pub fn of(idle: &[(Ns, Ns)], granted: &[(Ns, Ns)]) -> Coverage {
+        let (idle, granted) = (merge(idle.to_vec()), merge(granted.to_vec()));
+        let mut c = Coverage::default();
+        let mut j = 0;
+        for &(a, b) in &idle {
+            c.idle_ns += b - a;
+            while j < granted.len() && granted[j].1 <= a {
+                j += 1;
+            }
+            let inside: Vec<(Ns, Ns)> = granted[j..]
+                .iter()
+                .take_while(|g| g.0 < b)
+                .map(|&(x, y)| (x.max(a), y.min(b)))
+                .collect();
+            let (Some(first), Some(last)) = (inside.first(), inside.last()) else {
+                if b - a < SHORT_IDLE_NS {
+                    c.ungranted_short_ns += b - a;
+                } else {
+                    c.ungranted_ns += b - a;
+                }
+                continue;
+            };
+            let covered = total(&inside);
+            c.covered_ns += covered;
+            c.before_ns += first.0 - a;
+            c.after_ns += b - last.1;
+            c.between_ns += (last.1 - first.0) - covered;
+        }
+        c
+    }
+
+    pub fn add(&mut self, o: Coverage) {
+        self.idle_ns += o.idle_ns;
+        self.covered_ns += o.covered_ns;
+        self.before_ns += o.before_ns;
+        self.after_ns += o.after_ns;
+        self.between_ns += o.between_ns;
+        self.ungranted_short_ns += o.ungranted_short_ns;
+        self.ungranted_ns += o.ungranted_ns;
+    }
+
+    /// `ns` as a share of the idle time (0 when there was none).
+    pub fn share(&self, ns: Ns) -> f64 {
+        if self.idle_ns == 0 {
+            0.0
+        } else {
+            ns as f64 / self.idle_ns as f64
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,6 +208,44 @@ mod tests {
         );
         assert!((g.over_busy_share() - 1.0 / 3.0).abs() < 1e-9);
         assert_eq!(GrantTally::default().over_busy_share(), 0.0);
+    }
+
+    #[test]
+    fn idle_time_is_split_by_what_the_grants_left() {
+        let ms = 1_000_000;
+        // Granted 1-3 and 4-8 ms of a 0-10 ms idle interval; nothing of 20-20.5 ms and of
+        // 30-32 ms; a grant over busy time (12-14 ms) counts nowhere.
+        let idle = [
+            (0, 10 * ms),
+            (20 * ms, 20 * ms + ms / 2),
+            (30 * ms, 32 * ms),
+        ];
+        let granted = [(ms, 3 * ms), (4 * ms, 8 * ms), (12 * ms, 14 * ms)];
+        let c = Coverage::of(&idle, &granted);
+        assert_eq!(
+            c,
+            Coverage {
+                idle_ns: 12 * ms + ms / 2,
+                covered_ns: 6 * ms,
+                before_ns: ms,
+                after_ns: 2 * ms,
+                between_ns: ms,
+                ungranted_short_ns: ms / 2,
+                ungranted_ns: 2 * ms,
+            }
+        );
+        let parts = c.covered_ns
+            + c.before_ns
+            + c.after_ns
+            + c.between_ns
+            + c.ungranted_short_ns
+            + c.ungranted_ns;
+        assert_eq!(parts, c.idle_ns);
+        assert!((c.share(c.covered_ns) - 0.48).abs() < 1e-9);
+        assert_eq!(Coverage::default().share(5), 0.0);
+        // A grant that spans two idle intervals covers both.
+        let c = Coverage::of(&[(0, 10), (20, 30)], &[(5, 25)]);
+        assert_eq!((c.covered_ns, c.before_ns, c.after_ns), (10, 5, 5));
     }
 
     #[test]

@@ -114,6 +114,28 @@ fn check_inference(args: &[&str]) {
     for gpu in r["per_gpu"].as_array().unwrap() {
         assert!(gpu["grants"]["over_busy_share"].is_f64(), "{r}");
     }
+    // Where the idle time went: the parts add up to all of it, and what was granted of it is
+    // no more than what was granted.
+    let c = &g["coverage"];
+    let parts = [
+        "granted",
+        "before_first_grant",
+        "after_last_grant",
+        "between_grants",
+        "ungranted_under_1ms",
+        "ungranted",
+    ];
+    let sum: f64 = parts.iter().map(|k| c[*k].as_f64().unwrap()).sum();
+    assert!(
+        (sum - 1.0).abs() < 0.001,
+        "coverage parts sum to {sum}: {r}"
+    );
+    let idle_ms = c["idle_ms"].as_f64().unwrap();
+    let granted_idle_ms = c["granted"].as_f64().unwrap() * idle_ms;
+    assert!(
+        idle_ms > 0.0 && granted_idle_ms <= g["granted_ms"].as_f64().unwrap() + 0.5,
+        "{r}"
+    );
 }
 
 /// Grants on the trainers' busy time: the project's target is at most 1 % of granted time

@@ -204,6 +204,16 @@ pub fn main(a: SimArgs) -> i32 {
     let grants = freeride_sim::sim_grants::score(&res);
     let grants_json = |t: &GrantTally| json!({"over_busy_share": r(t.over_busy_share(), 4), "granted_ms": r(t.granted_ms(), 1)});
     report["grants"] = grants_json(&grants.overall);
+    let c = &grants.coverage;
+    report["grants"]["coverage"] = json!({
+        "idle_ms": r(c.idle_ns as f64 / 1e6, 1),
+        "granted": r(c.share(c.covered_ns), 4),
+        "before_first_grant": r(c.share(c.before_ns), 4),
+        "after_last_grant": r(c.share(c.after_ns), 4),
+        "between_grants": r(c.share(c.between_ns), 4),
+        "ungranted_under_1ms": r(c.share(c.ungranted_short_ns), 4),
+        "ungranted": r(c.share(c.ungranted_ns), 4),
+    });
     report["per_gpu"] = freeride_sim::sim_gpus::per_gpu(&res)
         .iter()
         .map(|g| {

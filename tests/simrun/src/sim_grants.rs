@@ -7,8 +7,11 @@
 //! named. Ranks the agent put on one GPU (wrongly, under per-rank `CUDA_VISIBLE_DEVICES`, while
 //! it keys GPUs by ordinal) are scored together: a grant there is over busy time when any of them
 //! was busy.
+//!
+//! `coverage` is the other side: where each rank's true idle time went against the grants of the
+//! GPU its agent put it on ([`Coverage`]): what a side task could have had and did not, by cause.
 use crate::sim::{scored_iterations, SimResult};
-use freeride_agent::inference::score::{clip, merge, GrantTally};
+use freeride_agent::inference::score::{clip, merge, Coverage, GrantTally};
 use freeride_agent::inference::{GpuId, Ns};
 use std::collections::BTreeMap;
 
@@ -17,6 +20,21 @@ use std::collections::BTreeMap;
 pub struct GrantScores {
     pub overall: GrantTally,
     pub per_rank: Vec<GrantTally>,
+    /// All ranks' idle time against their GPUs' grants.
+    pub coverage: Coverage,
+}
+
+/// True idle time of rank `rank` in the scored iterations.
+fn idle_of(r: &SimResult, rank: usize) -> Vec<(Ns, Ns)> {
+    let mut idle = vec![];
+    for it in scored_iterations(&r.truth) {
+        idle.extend(clip(
+            &merge(it.ranks[rank].idle_intervals.clone()),
+            it.start_ns,
+            it.end_ns,
+        ));
+    }
+    merge(idle)
 }
 
 /// Busy time of rank `rank` in the scored iterations: each iteration less its true idle time.
@@ -76,8 +94,19 @@ pub fn score(r: &SimResult) -> GrantScores {
     for t in tallies.values() {
         overall.add(*t);
     }
+    let mut coverage = Coverage::default();
+    for (rank, k) in key_of.iter().enumerate() {
+        let granted = k
+            .and_then(|(node, gpu)| r.grant_logs.get(node).map(|log| log.intervals(gpu)))
+            .unwrap_or_default();
+        coverage.add(Coverage::of(
+            &idle_of(r, rank),
+            &clip(&merge(granted), from, to),
+        ));
+    }
     GrantScores {
         overall,
+        coverage,
         per_rank: key_of
             .iter()
             .map(|k| k.and_then(|k| tallies.get(&k).copied()).unwrap_or_default())

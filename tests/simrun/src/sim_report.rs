@@ -177,7 +177,23 @@ pub fn render(r: &Value) -> String {
             unit(&g["granted_ms"], "ms"),
             pct(&g["over_busy_share"]),
         );
-        rest(&mut s, g, &["granted_ms", "over_busy_share"]);
+        let c = &g["coverage"];
+        if !c.is_null() {
+            let _ = writeln!(
+                s,
+                "           of the trainers' idle time ({}): {} granted; left before a bubble's first \
+                 grant {}, after its last {}, between its grants {}, in bubbles never granted {} \
+                 (and {} in ones under 1 ms)",
+                unit(&c["idle_ms"], "ms"),
+                pct(&c["granted"]),
+                pct(&c["before_first_grant"]),
+                pct(&c["after_last_grant"]),
+                pct(&c["between_grants"]),
+                pct(&c["ungranted"]),
+                pct(&c["ungranted_under_1ms"]),
+            );
+        }
+        rest(&mut s, g, &["granted_ms", "over_busy_share", "coverage"]);
     }
     let a = &r["agent"];
     let _ = writeln!(
@@ -315,6 +331,10 @@ mod tests {
                 "missed_idle_intervals": 3, "predicted_end_error_us_p50": 283.8,
                 "predicted_end_error_us_p99": 8215.1, "bubbles": 106},
             "agent": {"events": 744, "dropped": 0, "cpu_ms": 87.3, "cpu_share": 0.1161},
+            "grants": {"granted_ms": 512.4, "over_busy_share": 0.0012,
+                "coverage": {"idle_ms": 700.5, "granted": 0.7314, "before_first_grant": 0.0152,
+                    "after_last_grant": 0.0881, "between_grants": 0.0314, "ungranted": 0.0981,
+                    "ungranted_under_1ms": 0.0358}},
             "harvest": {"bubble_busy_ratio": 0.1312, "sidetask_busy_ms": 99.25,
                 "sidetask_outside_bubbles_ms": 1.5, "sidetask_gpu_share": 0.0421,
                 "sidetasks_per_gpu": 1, "kind": "pagerank", "mode": "gated",
@@ -353,6 +373,15 @@ mod tests {
             "6 iterations",
             "4 scored",
             "new_section",
+            "512.4",
+            "0.12 %",
+            "700.5",
+            "73.14 %",
+            "1.52 %",
+            "8.81 %",
+            "3.14 %",
+            "9.81 %",
+            "3.58 %",
             "side task pid 77 (GPU 2) finished its work (exit status 0) in iteration 3 of 6",
         ] {
             assert!(text.contains(want), "text lacks {want:?}:\n{text}");
