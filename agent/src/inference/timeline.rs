@@ -81,6 +81,11 @@ struct Open {
     /// Where the bubble is learnt: the op whose begin or wait opened it, and whether the bubble
     /// is while the op is in flight or after it ended.
     anchor: Option<(OpIndex, Part)>,
+    /// Where the part learnt at `anchor` began: the bubble's start, or the end of an op that
+    /// ended inside it moving nothing ([`Timeline::moved_nothing`]).
+    learn_from: Ns,
+    /// The end predicted when it opened (what the forecast is scored by).
+    forecast: Option<Ns>,
 }
 
 /// A known transfer: from, to, and where a bubble after it is learnt.
@@ -135,6 +140,9 @@ pub struct Timeline {
     /// Known transfer intervals (the GPU is busy in them), with the op's pattern index and the
     /// part a bubble after it is learnt as.
     xfers: VecDeque<Transfer>,
+    /// Ends of receives and collectives that moved nothing (no transfer time before their end):
+    /// the idle time after each is learnt at it, as after a transfer ([`Timeline::moved_nothing`]).
+    nothing_moved: Vec<(Ns, (OpIndex, Part))>,
     /// Sends that began with no transfer time learnt yet: busy until they end.
     sending: HashMap<u64, Ns>,
     pattern: Pattern,
@@ -572,11 +580,12 @@ impl Timeline {
                     .estimate(&sig, duration)
                     .unwrap_or(t.saturating_sub(issued)),
             );
-            self.add_transfer(
-                t.saturating_sub(tr).max(begin.unwrap_or(0)),
-                t,
-                Some((pos, 2)),
-            );
+            let from = t.saturating_sub(tr).max(begin.unwrap_or(0));
+            if from < t {
+                self.add_transfer(from, t, Some((pos, 2)));
+            } else if self.nothing_moved.len() < MAX_TRANSFERS {
+                self.nothing_moved.push((t, (pos, 2)));
+            }
             if let Some(d) = duration {
                 self.pattern.record(pos, WAIT, d.saturating_sub(tr));
             }
@@ -761,11 +770,15 @@ impl Timeline {
             match (self.open.as_mut(), w) {
                 // Knowledge came that the GPU drained earlier than thought: the bubble began then.
                 (Some(o), Some(w)) if w.from < o.bubble.start && w.until.is_none() => {
+                    if o.learn_from == o.bubble.start {
+                        o.learn_from = w.from;
+                    }
                     o.bubble.start = w.from;
                     o.anchor = o.anchor.or(w.anchor);
                 }
                 (Some(o), Some(w)) if w.from == o.bubble.start => match w.until {
                     Some(u) => {
+                        self.moved_nothing(u);
                         let o = self.open.take().expect("checked above");
                         self.close(o, u, now, false);
                     }
@@ -776,6 +789,7 @@ impl Timeline {
                             let seen = o.bubble.opened_seen;
                             self.open = Some(self.new_open(w, seen));
                         }
+                        self.moved_nothing(Ns::MAX);
                         return;
                     }
                 },
@@ -799,13 +813,46 @@ impl Timeline {
         }
     }
 
+    /// The open bubble goes on past the ends (before `until`) of ops that moved nothing: what
+    /// came before each end is learnt at the bubble's anchor, and from the end on the bubble is
+    /// learnt and predicted at the op's end, as the idle time after a transfer is. Without this
+    /// the bubble's length at its anchor would depend on whether the op transferred (an op whose
+    /// partners' begins say it moved nothing one iteration, and whose learnt transfer splits the
+    /// bubble the next). Ends outside the open bubble are dropped.
+    fn moved_nothing(&mut self, until: Ns) {
+        if self.nothing_moved.is_empty() {
+            return;
+        }
+        let mut ends = std::mem::take(&mut self.nothing_moved);
+        ends.sort_unstable();
+        for (t, at) in ends {
+            let Some(o) = self.open.as_mut() else {
+                return;
+            };
+            if t <= o.learn_from || t >= until {
+                continue;
+            }
+            if let Some((a, part)) = o.anchor.filter(|_| t - o.learn_from >= MIN_LEARNT_NS) {
+                self.pattern.record(a, part, t - o.learn_from);
+            }
+            let p = self.pattern.predict(at.0, at.1);
+            o.anchor = Some(at);
+            o.learn_from = t;
+            o.bubble.predicted_end = p.map(|p| t + p.expected_ns);
+            o.bubble.shortest_end = p.map(|p| t + p.shortest_ns);
+            o.bubble.spread_ns = p.map_or(0, |p| p.spread_ns);
+            o.bubble.confidence = p.map_or(0.0, |p| p.confidence);
+        }
+    }
+
     fn new_open(&self, w: Idle, now: Ns) -> Open {
         let p = w.anchor.and_then(|(a, part)| self.pattern.predict(a, part));
+        let predicted_end = p.map(|p| w.from + p.expected_ns);
         Open {
             bubble: OpenBubble {
                 start: w.from,
                 opened_seen: now,
-                predicted_end: p.map(|p| w.from + p.expected_ns),
+                predicted_end,
                 shortest_end: p.map(|p| w.from + p.shortest_ns),
                 spread_ns: p.map_or(0, |p| p.spread_ns),
                 confidence: p.map_or(0.0, |p| p.confidence),
@@ -813,14 +860,17 @@ impl Timeline {
                 busy_from: None,
             },
             anchor: w.anchor,
+            learn_from: w.from,
+            forecast: predicted_end,
         }
     }
 
     fn close(&mut self, o: Open, end: Ns, now: Ns, cut_by_exit: bool) {
         let b = o.bubble;
         let end = end.max(b.start);
-        if let Some((a, part)) = o.anchor.filter(|_| end - b.start >= MIN_LEARNT_NS) {
-            self.pattern.record(a, part, end - b.start);
+        let from = o.learn_from.clamp(b.start, end);
+        if let Some((a, part)) = o.anchor.filter(|_| end - from >= MIN_LEARNT_NS) {
+            self.pattern.record(a, part, end - from);
         }
         self.emitted_until = self.emitted_until.max(end);
         // Transfers before what was reported no longer matter.
@@ -831,7 +881,7 @@ impl Timeline {
             end,
             opened_seen: b.opened_seen,
             closed_seen: now.max(b.opened_seen),
-            predicted_end: b.predicted_end,
+            predicted_end: o.forecast,
             confidence: b.confidence,
             cut_by_exit,
         });

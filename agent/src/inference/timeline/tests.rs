@@ -512,3 +512,89 @@ fn an_op_that_may_have_begun_unseen_bounds_the_bubble() {
     let open = tl.open_now().expect("nothing can run");
     assert_eq!((open.start, open.busy_from), (900, Some(50_000)));
 }
+
+#[test]
+fn the_idle_time_after_an_op_that_moved_nothing_is_learnt_at_its_end() {
+    // An all-reduce the GPU stays idle across: in the first iterations its partners say it
+    // moved data for its last 50 µs (the bubble splits there), then nothing (its last party
+    // began at its end; from then on its transfer is learnt as none). Either way the time after
+    // its end is learnt at the end (part 2), so the part before it keeps one length, and an open
+    // bubble is predicted from the op's end once that has passed; it is reported as one bubble.
+    let all_reduce = CommSig {
+        kind: CommKind::AllReduce,
+        peer: -1,
+        ..recv()
+    };
+    let mut tl = Timeline::new();
+    for k in 0..8u64 {
+        let (t0, id) = (k * 10_000_000, k + 1);
+        let moved = k < 4;
+        feed(
+            &mut tl,
+            &[
+                Obs::Launch {
+                    t: t0 + 1_000,
+                    stream: C,
+                },
+                Obs::CommIssue {
+                    t: t0 + 2_000,
+                    id,
+                    stream: P2P,
+                    sig: all_reduce,
+                },
+                Obs::CommBegin {
+                    id,
+                    t: t0 + 100_000,
+                    seen: t0 + 110_000,
+                },
+            ],
+        );
+        if k == 5 {
+            // The part before the end: 0.75-0.8 ms in every iteration.
+            let open = tl.open_now().expect("drained before the op");
+            let end = open.predicted_end.expect("learnt");
+            assert!(end <= t0 + 900_000, "{open:?}");
+        }
+        let last_began = t0 + if moved { 850_000 } else { 900_000 };
+        tl.transfer_floor(
+            id,
+            Floor {
+                t: last_began,
+                others: None,
+            },
+        );
+        feed(
+            &mut tl,
+            &[Obs::CommEnd {
+                id,
+                t: t0 + 900_000,
+                seen: t0 + 910_000,
+            }],
+        );
+        if k == 5 {
+            let open = tl.open_now().expect("idle across the end");
+            assert_eq!(
+                (open.start, open.predicted_end),
+                (t0 + 100_000, Some(t0 + 1_500_000))
+            );
+        }
+        feed(
+            &mut tl,
+            &[Obs::Launch {
+                t: t0 + 1_500_000,
+                stream: C,
+            }],
+        );
+        let closed: Vec<_> = tl
+            .take_closed()
+            .iter()
+            .map(|b| (b.start - t0, b.end - t0))
+            .collect();
+        let want = if moved {
+            vec![(100_000, 850_000), (900_000, 1_500_000)]
+        } else {
+            vec![(100_000, 1_500_000)]
+        };
+        assert_eq!(closed, want, "iteration {k}");
+    }
+}
