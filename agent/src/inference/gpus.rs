@@ -356,16 +356,16 @@ mod tests {
             g.observe(1, None, at(11, 1_000), 1_000);
             g.observe(2, None, at(22, 6_000), 6_000);
             let end = |id, t| Obs::CommEnd { id, t, seen: t };
-            g.observe(1, None, end(11, 9_000), 9_000);
-            g.observe(2, None, end(22, 9_000), 9_000);
+            g.observe(1, None, end(11, 30_000), 30_000);
+            g.observe(2, None, end(22, 30_000), 30_000);
             g.observe(
                 1,
                 Some(a),
                 Obs::Launch {
-                    t: 9_200,
+                    t: 30_200,
                     stream: 1,
                 },
-                9_200,
+                30_200,
             );
             g.take_closed()
                 .into_iter()
@@ -375,7 +375,7 @@ mod tests {
         };
         // Matched: idle until the sender began; without, nothing known of the transfer, the
         // whole receive counts as transferring.
-        assert_eq!(run(true), vec![(1_000, 6_000), (9_000, 9_200)]);
-        assert_eq!(run(false), vec![(9_000, 9_200)]);
+        assert_eq!(run(true), vec![(1_000, 6_000), (30_000, 30_200)]);
+        assert_eq!(run(false), vec![(30_000, 30_200)]);
     }
 }

@@ -39,7 +39,12 @@ pub type OpIndex = u64;
 pub type Part = usize;
 /// The part that learns how long the op waits before its transfer begins.
 pub const WAIT: Part = 3;
-const PARTS: usize = 4;
+/// The whole bubble that opened at bubble part `p` (0..=2) is learnt at part `WHOLE + p`: from its
+/// start to its end, across the ends of ops that moved nothing inside it, where part `p` learns
+/// only up to the first such end (see `Timeline::moved_nothing`). What is forecast when a bubble
+/// opens.
+pub const WHOLE: Part = 4;
+const PARTS: usize = 7;
 
 /// What the pattern expects of the bubble that opens at an op.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -24,7 +24,7 @@
 use super::bubble::{Bubble, OpenBubble};
 use super::obs::{CommSig, Ns, Obs, StreamId, SyncOn};
 use super::partners::Floor;
-use super::pattern::{OpIndex, Part, Pattern, WAIT};
+use super::pattern::{OpIndex, Part, Pattern, WAIT, WHOLE};
 use super::streams::{Blocker, Stream, Window};
 use super::transfer::Transfers;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -84,7 +84,10 @@ struct Open {
     /// Where the part learnt at `anchor` began: the bubble's start, or the end of an op that
     /// ended inside it moving nothing ([`Timeline::moved_nothing`]).
     learn_from: Ns,
-    /// The end predicted when it opened (what the forecast is scored by).
+    /// Where it opened: `anchor` before any op ended inside it moving nothing. The whole bubble
+    /// is learnt there ([`WHOLE`]).
+    origin: Option<(OpIndex, Part)>,
+    /// The end predicted when it opened for the whole bubble (what the forecast is scored by).
     forecast: Option<Ns>,
 }
 
@@ -102,6 +105,15 @@ struct Idle {
 
 /// Bubbles shorter than this are not learnt (nothing can be granted in them).
 pub const MIN_LEARNT_NS: Ns = 100_000;
+/// A transfer that its partners' records bound to less than this moved nothing: the begin record
+/// of a party that arrived last is written a few microseconds before its kernel runs (2.6 µs on
+/// the test bed; a launch's latency on a GPU), so an op that moved nothing is often bounded to a
+/// few microseconds instead of 0. Whether the bound came out as 0 or as that skew must not decide
+/// whether its bubble is learnt as one or as two (which flipped as a 0 entered or left the
+/// window of learnt bounds). No NCCL op that moves data ends within this of its last party's
+/// arrival; a grant would not cover such a stretch anyway (the part before it ends at the op's
+/// end, the part after it is granted once the end is seen).
+const RECORD_SKEW_NS: Ns = 10_000;
 
 /// An op that began and has not ended: the earliest time it may start transferring.
 #[derive(Clone, Copy, Debug)]
@@ -550,7 +562,8 @@ impl Timeline {
         // receiver's buffers whether or not the receiver is there yet (NCCL's buffers hold a few
         // MiB per peer; the test bed's sends are eager).
         let partners = op.transfer_from.filter(|_| !sig.has_send());
-        let floor = partners.map(|f| t.saturating_sub(f.t.max(op.begin.unwrap_or(0))));
+        let moved = |tr: Ns| if tr < RECORD_SKEW_NS { 0 } else { tr };
+        let floor = partners.map(|f| moved(t.saturating_sub(f.t.max(op.begin.unwrap_or(0)))));
         let at_most = |tr: Ns| floor.map_or(tr, |f| tr.min(f));
         // What it teaches of its kind's transfers: a collective's, at most from the latest
         // begin of its parties seen here; for a receive, its
@@ -559,7 +572,9 @@ impl Timeline {
         let teaches = if sig.collective() {
             floor
         } else {
-            partners.and_then(|f| f.others).map(|s| t.saturating_sub(s))
+            partners
+                .and_then(|f| f.others)
+                .map(|s| moved(t.saturating_sub(s)))
         };
         self.forget_before(stream, id, true);
         let duration = begin.map(|b| t.saturating_sub(b));
@@ -775,6 +790,7 @@ impl Timeline {
                     }
                     o.bubble.start = w.from;
                     o.anchor = o.anchor.or(w.anchor);
+                    o.origin = o.origin.or(w.anchor);
                 }
                 (Some(o), Some(w)) if w.from == o.bubble.start => match w.until {
                     Some(u) => {
@@ -848,6 +864,12 @@ impl Timeline {
     fn new_open(&self, w: Idle, now: Ns) -> Open {
         let p = w.anchor.and_then(|(a, part)| self.pattern.predict(a, part));
         let predicted_end = p.map(|p| w.from + p.expected_ns);
+        // The whole bubble where it was learnt whole; else it ends where its first part does.
+        let forecast = w
+            .anchor
+            .and_then(|(a, part)| self.pattern.predict(a, WHOLE + part))
+            .map(|p| w.from + p.expected_ns)
+            .or(predicted_end);
         Open {
             bubble: OpenBubble {
                 start: w.from,
@@ -861,7 +883,8 @@ impl Timeline {
             },
             anchor: w.anchor,
             learn_from: w.from,
-            forecast: predicted_end,
+            origin: w.anchor,
+            forecast,
         }
     }
 
@@ -871,6 +894,9 @@ impl Timeline {
         let from = o.learn_from.clamp(b.start, end);
         if let Some((a, part)) = o.anchor.filter(|_| end - from >= MIN_LEARNT_NS) {
             self.pattern.record(a, part, end - from);
+        }
+        if let Some((a, part)) = o.origin.filter(|_| end - b.start >= MIN_LEARNT_NS) {
+            self.pattern.record(a, WHOLE + part, end - b.start);
         }
         self.emitted_until = self.emitted_until.max(end);
         // Transfers before what was reported no longer matter.

@@ -239,9 +239,14 @@ fn zero_bubble_blocking() {
 /// (scored up to the job's last iteration, see `freeride sim`'s `change`). Kernels of 20 ms: the
 /// host stalls of a millisecond or more that a loaded 2-core machine has now and then stay within
 /// the 10 % a prediction may be off (with 10 ms kernels one such stall failed about one run in ten).
+/// Stalls of 2-8 ms still come (a CPU-starved process of the test bed wakes late, and the bubble
+/// that makes, or that it passes down the pipeline, is one no pattern predicts): about one run in
+/// twenty has them in two of its iterations after the change, so the job runs a second time
+/// before the test fails. A defect that breaks relearning fails both runs (the build before
+/// 2026-12-03's fix of the forecast across an op that moved nothing failed 6 runs of 8).
 #[test]
 fn a_changed_job_is_relearnt_within_three_iterations() {
-    let r = sim(&[
+    let args = [
         "--schedule",
         "1f1b",
         "--stages",
@@ -258,20 +263,34 @@ fn a_changed_job_is_relearnt_within_three_iterations() {
         "3",
         "--then-microbatches",
         "4",
-    ]);
-    let c = &r["change"];
-    let n = c["relearned_in_iterations"]
-        .as_u64()
-        .unwrap_or_else(|| panic!("never relearnt: {r}"));
-    assert!(n <= 3, "relearnt only after {n} iterations: {r}");
-    // Against the job's own steady state before the change (all right on this clean job), no
-    // later than against the fixed bar.
-    let before = c["right_predictions_before_change"].as_f64().unwrap();
-    assert!(before > 0.0 && before <= 1.0, "{r}");
-    let steady = c["relearned_to_steady_state_in_iterations"]
-        .as_u64()
-        .unwrap_or_else(|| panic!("never back to its steady state: {r}"));
-    assert!(steady <= n, "{r}");
+    ];
+    let relearnt = |r: &Value| -> Result<(), String> {
+        let c = &r["change"];
+        let n = c["relearned_in_iterations"]
+            .as_u64()
+            .ok_or_else(|| format!("never relearnt: {r}"))?;
+        if n > 3 {
+            return Err(format!("relearnt only after {n} iterations: {r}"));
+        }
+        // Against the job's own steady state before the change (all right on this clean job), no
+        // later than against the fixed bar.
+        let before = c["right_predictions_before_change"].as_f64().unwrap_or(0.0);
+        if !(before > 0.0 && before <= 1.0) {
+            return Err(format!("no steady state before the change: {r}"));
+        }
+        match c["relearned_to_steady_state_in_iterations"].as_u64() {
+            Some(steady) if steady <= n => Ok(()),
+            _ => Err(format!("not back to its steady state by then: {r}")),
+        }
+    };
+    let first = sim(&args);
+    if let Err(e) = relearnt(&first) {
+        eprintln!("first run: {e}; running it again");
+        let second = sim(&args);
+        if let Err(e2) = relearnt(&second) {
+            panic!("twice: first run: {e}\nsecond run: {e2}");
+        }
+    }
 }
 
 #[test]
