@@ -11,9 +11,11 @@
 //!   for each position, how long the bubble that opens there lasts: the prediction a grant is sized by;
 //! * [`gpus`] keeps the node's timelines and each GPU's state (several trainers on one GPU are idle
 //!   only when all are; [`peers`] bounds transfer times with the other processes' ops, and
-//!   [`partners`] says when an op's transfer began from its exact partners' begins);
+//!   [`partners`] says when an op's transfer began from its exact partners' begins; [`fabric`]
+//!   bounds a collective's transfer when some of its parties are on other nodes);
 //! * [`score`] measures bubbles and grants against ground truth.
 pub mod bubble;
+pub mod fabric;
 pub mod gpus;
 pub mod obs;
 pub mod partners;

@@ -77,6 +77,9 @@ pub enum Taught {
 pub struct Floor {
     pub t: Ns,
     pub others: Option<Ns>,
+    /// `Some(n)`: a key of it has `n` parties, some of which were never seen on this node (they
+    /// are on other nodes): its transfer may have begun after `t`, when the last of them arrived.
+    pub remote: Option<u32>,
 }
 
 /// How much was matched: ops that got a match key, and keys all of whose parties began here.
@@ -255,7 +258,18 @@ impl Partners {
                 }),
             _ => None,
         };
-        Some(Floor { t: t?, others })
+        let remote = u
+            .keys
+            .iter()
+            .filter_map(|key| self.keys.get(key))
+            .filter(|k| k.members.len() < k.parties as usize)
+            .map(|k| k.parties)
+            .max();
+        Some(Floor {
+            t: t?,
+            others,
+            remote,
+        })
     }
 
     /// Whether op `id` of `who` (in flight) has match keys.
@@ -374,6 +388,7 @@ mod tests {
             Some(Floor {
                 t: 5_000,
                 others: Some(others),
+                remote: None,
             })
         };
         assert_eq!(
@@ -406,7 +421,8 @@ mod tests {
             p.floor(A, 4),
             Some(Floor {
                 t: 900,
-                others: None
+                others: None,
+                remote: Some(4)
             })
         );
     }
@@ -437,7 +453,8 @@ mod tests {
             p.floor(B, 7),
             Some(Floor {
                 t: 1_500,
-                others: None
+                others: None,
+                remote: None
             })
         );
     }

@@ -22,6 +22,7 @@
 //! stream that began) is forgotten; the table of pending ops is bounded and never evicts an op a
 //! wait still waits for while another can go.
 use super::bubble::{Bubble, OpenBubble};
+use super::fabric::fabric;
 use super::obs::{CommSig, Ns, Obs, StreamId, SyncOn};
 use super::partners::Floor;
 use super::pattern::{OpIndex, Part, Pattern, WAIT, WHOLE};
@@ -564,7 +565,18 @@ impl Timeline {
         let partners = op.transfer_from.filter(|_| !sig.has_send());
         let moved = |tr: Ns| if tr < RECORD_SKEW_NS { 0 } else { tr };
         let floor = partners.map(|f| moved(t.saturating_sub(f.t.max(op.begin.unwrap_or(0)))));
-        let at_most = |tr: Ns| floor.map_or(tr, |f| tr.min(f));
+        // A collective some of whose parties are on other nodes: what moved after the last of
+        // them arrived, which this node does not see, is at most what the fabric can take
+        // ([`super::fabric`]; not taught to its kind: ops whose parties are all here need no
+        // model).
+        let remote = partners
+            .and_then(|f| f.remote)
+            .filter(|_| sig.collective())
+            .map(|n| fabric().collective_bound(&sig, n));
+        let at_most = |tr: Ns| {
+            let tr = floor.map_or(tr, |f| tr.min(f));
+            remote.map_or(tr, |r| tr.min(r))
+        };
         // What it teaches of its kind's transfers: a collective's, at most from the latest
         // begin of its parties seen here; for a receive, its
         // end less its send's begin (one posted after an eager send's data arrived moved nothing

@@ -132,7 +132,9 @@ mod tests {
                 lower_process_priority(5).map_err(|e| e.to_string())?;
                 let (me, them) = (thread_nice(0), thread_nice(other));
                 if me.as_ref().ok() != Some(&want) || them.as_ref().ok() != Some(&want) {
-                    return Err(format!("after lowering to 5 from {start}: {me:?}, {them:?}"));
+                    return Err(format!(
+                        "after lowering to 5 from {start}: {me:?}, {them:?}"
+                    ));
                 }
                 lower_process_priority(3).map_err(|e| e.to_string())?;
                 if thread_nice(0).ok() != Some(want) {

@@ -265,6 +265,13 @@ fn per_rank_visible_devices_on_two_nodes_one_agent_each() {
             (3, "0000:13:00.0".into(), 1)
         ]
     );
+    // The second node's ranks reach the iteration's all-reduce first and wait for the first
+    // node's: their agent sees none of those parties begin, and without a bound from the fabric
+    // counted the whole wait as transferring (recall 0.57-0.79 on those GPUs; 0.996 with it).
+    for g in gpus {
+        let recall = g["recall"].as_f64().unwrap();
+        assert!(recall >= 0.9, "GPU {} recall {recall}: {v}", g["device"]);
+    }
 }
 
 #[test]

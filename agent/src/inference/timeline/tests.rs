@@ -366,6 +366,7 @@ fn a_transfer_its_partners_began_is_busy_at_once_and_bounds_the_bubble() {
         Floor {
             t: 6_000,
             others: Some(6_000),
+            remote: None,
         },
     );
     feed(
@@ -423,6 +424,7 @@ fn a_transfer_its_partners_began_is_busy_at_once_and_bounds_the_bubble() {
         Floor {
             t: 4_000,
             others: None,
+            remote: None,
         },
     );
     feed(
@@ -467,6 +469,7 @@ fn a_transfer_its_partners_began_is_busy_at_once_and_bounds_the_bubble() {
         Floor {
             t: 29_000,
             others: Some(29_000),
+            remote: None,
         },
     );
     feed(
@@ -606,6 +609,7 @@ fn the_idle_time_after_an_op_that_moved_nothing_is_learnt_at_its_end() {
             Floor {
                 t: last_began,
                 others: None,
+                remote: None,
             },
         );
         feed(
@@ -644,4 +648,70 @@ fn the_idle_time_after_an_op_that_moved_nothing_is_learnt_at_its_end() {
         };
         assert_eq!(closed, want, "iteration {k}");
     }
+}
+
+#[test]
+fn a_collective_that_waits_for_another_node_is_idle_until_the_fabric_bound() {
+    // An all-reduce whose local parties all began at 1 ms and that ended at 41 ms, waiting for a
+    // party on another node: nothing seen here bounds its transfer below 40 ms, the fabric does
+    // (4 parties: 6 steps of 50 µs, 4 bytes).
+    let all_reduce = CommSig {
+        kind: CommKind::AllReduce,
+        peer: -1,
+        ..recv()
+    };
+    let run = |remote: Option<u32>| {
+        let mut tl = Timeline::new();
+        feed(
+            &mut tl,
+            &[
+                Obs::Launch { t: 100, stream: C },
+                Obs::CommIssue {
+                    t: 200,
+                    id: 1,
+                    stream: P2P,
+                    sig: all_reduce,
+                },
+                Obs::CommBegin {
+                    id: 1,
+                    t: 1_000_000,
+                    seen: 1_010_000,
+                },
+            ],
+        );
+        tl.transfer_floor(
+            1,
+            Floor {
+                t: 1_000_000,
+                others: None,
+                remote,
+            },
+        );
+        feed(
+            &mut tl,
+            &[
+                Obs::CommEnd {
+                    id: 1,
+                    t: 41_000_000,
+                    seen: 41_010_000,
+                },
+                Obs::Launch {
+                    t: 41_100_000,
+                    stream: C,
+                },
+            ],
+        );
+        tl.take_closed()
+            .iter()
+            .map(|b| (b.start, b.end))
+            .collect::<Vec<_>>()
+    };
+    let bound = 300_008;
+    assert_eq!(
+        run(Some(4)),
+        vec![(1_000_000, 41_000_000 - bound), (41_000_000, 41_100_000)]
+    );
+    // Every party local (began by 1 ms, none on another node): the floor alone says it may have
+    // transferred all along.
+    assert_eq!(run(None), vec![(41_000_000, 41_100_000)]);
 }
