@@ -183,7 +183,38 @@ impl Gpus {
 
     /// Each trainer's open bubble on `gpu` (`None` for a trainer that is busy).
     pub fn open_on(&self, gpu: GpuId) -> Vec<Option<OpenBubble>> {
-        self.on(gpu).map(|(_, t, _)| t.open_now()).collect()
+        self.timelines
+            .iter()
+            .filter(|(k, _)| k.1 == gpu)
+            .map(|(&k, t)| {
+                let mut b = t.timeline.open_now()?;
+                if let Some(x) = self.parties_may_begin(k, &t.timeline) {
+                    b.busy_from = Some(b.busy_from.map_or(x, |y| y.min(x)));
+                }
+                Some(b)
+            })
+            .collect()
+    }
+
+    /// When an op in flight of `who` may start transferring because the parties it waits for
+    /// may have begun unseen: a key all of whose parties were issued here, each of those that
+    /// was not seen to begin able to begin now on its own timeline (see
+    /// [`Timeline::may_begin_from`]), can complete as soon as the last of them was issued, and
+    /// its data move from then. The begin records of those parties come a fraction of a
+    /// millisecond later, their issues at once: on torchtitan's ZBV job with noise, grants opened
+    /// as the last party of an all-gather launched it ran 1-2 ms over its transfer.
+    fn parties_may_begin(&self, who: (u32, GpuId), tl: &Timeline) -> Option<Ns> {
+        tl.in_flight_ops()
+            .flat_map(|id| self.partners.waiting_for(who, id))
+            .filter_map(|unbegun| {
+                let mut latest = None;
+                for (w, i) in unbegun {
+                    let t = self.timelines.get(&w)?.timeline.may_begin_from(i)?;
+                    latest = Some(latest.map_or(t, |l: Ns| l.max(t)));
+                }
+                latest
+            })
+            .min()
     }
 
     /// The GPU's bubble: the time all its trainers are idle, with the earliest predicted end.
@@ -377,5 +408,104 @@ mod tests {
         // whole receive counts as transferring.
         assert_eq!(run(true), vec![(1_000, 6_000), (30_000, 30_200)]);
         assert_eq!(run(false), vec![(30_000, 30_200)]);
+    }
+
+    #[test]
+    fn a_collective_whose_last_party_can_begin_is_busy_from_its_issue() {
+        let mut g = Gpus::new();
+        let (a, b) = (GpuId(0x1100), GpuId(0x1200));
+        let all_reduce = CommSig {
+            comm: 0x60,
+            kind: CommKind::AllReduce,
+            peer: -1,
+            bytes: 1 << 20,
+        };
+        let issue = |id, t| Obs::CommIssue {
+            t,
+            id,
+            stream: 2,
+            sig: all_reduce,
+        };
+        let matched = |id| Obs::CommMatch {
+            id,
+            key: 0xabc,
+            parties: 2,
+            receives: false,
+        };
+        // A: compute, then the all-reduce, begun at 1 µs and waiting (a long wait learnt).
+        g.observe(1, Some(a), Obs::Launch { t: 100, stream: 1 }, 100);
+        g.observe(1, Some(a), issue(11, 200), 200);
+        g.observe(1, Some(a), matched(11), 200);
+        g.observe(
+            1,
+            None,
+            Obs::CommBegin {
+                id: 11,
+                t: 1_000,
+                seen: 1_000,
+            },
+            1_000,
+        );
+        g.timelines
+            .get_mut(&(1, a))
+            .expect("A's timeline")
+            .timeline
+            .set_learnt(11, 50_000);
+        // B: an op on its comm stream that began and ended (the stream is timed), then compute.
+        let other = CommSig {
+            comm: 0x61,
+            ..all_reduce
+        };
+        g.observe(2, Some(b), Obs::Launch { t: 100, stream: 1 }, 100);
+        g.observe(
+            2,
+            Some(b),
+            Obs::CommIssue {
+                t: 150,
+                id: 21,
+                stream: 2,
+                sig: other,
+            },
+            150,
+        );
+        g.observe(
+            2,
+            None,
+            Obs::CommBegin {
+                id: 21,
+                t: 300,
+                seen: 300,
+            },
+            300,
+        );
+        g.observe(
+            2,
+            None,
+            Obs::CommEnd {
+                id: 21,
+                t: 400,
+                seen: 400,
+            },
+            400,
+        );
+        let busy = |g: &Gpus| g.open_on(a)[0].expect("A idle").busy_from;
+        assert_eq!(busy(&g), Some(50_000));
+        // B issues its party at 5 µs, first on its stream with its compute run: the all-reduce
+        // may be transferring from then, before B's begin record is read.
+        g.observe(2, Some(b), issue(22, 5_000), 5_000);
+        g.observe(2, Some(b), matched(22), 5_000);
+        assert_eq!(busy(&g), Some(5_000));
+        // Its begin read (at 6 µs): every party began, the key itself says so.
+        g.observe(
+            2,
+            None,
+            Obs::CommBegin {
+                id: 22,
+                t: 6_000,
+                seen: 6_000,
+            },
+            6_000,
+        );
+        assert_eq!(busy(&g), Some(6_000));
     }
 }

@@ -272,6 +272,26 @@ impl Partners {
         })
     }
 
+    /// For each key of op `id` of `who` all of whose parties were issued here and that has not
+    /// completed: its parties that have not begun (what must begin before its data can move).
+    pub fn waiting_for(&self, who: Who, id: u64) -> Vec<Vec<(Who, u64)>> {
+        let Some(u) = self.units.get(&(who, id)) else {
+            return vec![];
+        };
+        u.keys
+            .iter()
+            .filter_map(|key| self.keys.get(key))
+            .filter(|k| k.done.is_none() && k.members.len() == k.parties as usize)
+            .map(|k| {
+                k.members
+                    .iter()
+                    .filter(|m| m.2.is_none())
+                    .map(|m| (m.0, m.1))
+                    .collect()
+            })
+            .collect()
+    }
+
     /// Whether op `id` of `who` (in flight) has match keys.
     pub fn has(&self, who: Who, id: u64) -> bool {
         self.units

@@ -222,15 +222,7 @@ impl Timeline {
                 return None;
             }
             streams.push(op.stream);
-            let ready = op
-                .deps
-                .iter()
-                .all(|&(s, k)| self.streams.get(&s).is_none_or(|s| s.ran_to(k)))
-                && self
-                    .streams
-                    .get(&op.stream)
-                    .is_none_or(|s| s.ran_to(s.launches));
-            (op.begin.is_none() && ready && self.timed.contains(&op.stream)).then(|| {
+            self.can_begin(op).then(|| {
                 let wait = self
                     .pattern
                     .predict(op.pos, WAIT)
@@ -238,6 +230,46 @@ impl Timeline {
                 op.issued.max(start) + wait
             })
         })
+    }
+
+    /// Whether `op`, the first op not ended on its stream, can begin now: not seen to begin, the
+    /// compute queued before it run, its stream timed (see [`Timeline::may_begin`]).
+    fn can_begin(&self, op: &Op) -> bool {
+        let ran = op
+            .deps
+            .iter()
+            .all(|&(s, k)| self.streams.get(&s).is_none_or(|s| s.ran_to(k)))
+            && self
+                .streams
+                .get(&op.stream)
+                .is_none_or(|s| s.ran_to(s.launches));
+        op.begin.is_none() && ran && self.timed.contains(&op.stream)
+    }
+
+    /// When op `id` may begin, if it can begin now (its begin record may come late): its issue.
+    /// `None`: it began, ended, is not of this timeline, or cannot begin yet (queued behind
+    /// another op or compute, or on a stream never seen timed).
+    pub fn may_begin_from(&self, id: u64) -> Option<Ns> {
+        let op = self.ops.get(&id)?;
+        let first = self
+            .order
+            .iter()
+            .find(|i| self.ops.get(i).is_some_and(|o| o.stream == op.stream))?;
+        (*first == id && self.can_begin(op)).then_some(op.issued)
+    }
+
+    /// The ops that began and have not ended.
+    pub fn in_flight_ops(&self) -> impl Iterator<Item = u64> + '_ {
+        self.in_flight.keys().copied()
+    }
+
+    /// Test support: op `id` in flight may start transferring at `t` at the earliest (as if
+    /// that wait had been learnt at its position).
+    #[cfg(test)]
+    pub fn set_learnt(&mut self, id: u64, t: Ns) {
+        if let Some(f) = self.in_flight.get_mut(&id) {
+            f.learnt = t;
+        }
     }
 
     /// Bubbles closed since the last call.
