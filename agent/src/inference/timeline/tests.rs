@@ -57,6 +57,49 @@ fn feed(tl: &mut Timeline, obs: &[Obs]) {
     }
 }
 
+/// A timeline whose compute (launched at 100) drained when receive-like op `id` of `sig`, issued
+/// at 200, began at `begin`.
+fn waiting(id: u64, sig: CommSig, begin: Ns) -> Timeline {
+    let mut tl = Timeline::new();
+    feed(
+        &mut tl,
+        &[
+            Obs::Launch { t: 100, stream: C },
+            Obs::CommIssue {
+                t: 200,
+                id,
+                stream: P2P,
+                sig,
+            },
+            Obs::CommBegin {
+                id,
+                t: begin,
+                seen: begin + 100,
+            },
+        ],
+    );
+    tl
+}
+
+/// Op `id` ends at `end` and the host launches 200 ns later: the bubbles closed, (start, end).
+fn ended(tl: &mut Timeline, id: u64, end: Ns) -> Vec<(Ns, Ns)> {
+    feed(
+        tl,
+        &[
+            Obs::CommEnd {
+                id,
+                t: end,
+                seen: end + 100,
+            },
+            Obs::Launch {
+                t: end + 200,
+                stream: C,
+            },
+        ],
+    );
+    tl.take_closed().iter().map(|b| (b.start, b.end)).collect()
+}
+
 #[test]
 fn todays_rings_a_receive_the_host_waits_for_is_a_bubble_until_its_next_launch() {
     let mut tl = Timeline::new();
@@ -335,24 +378,7 @@ fn lost_records_close_nothing_and_leave_the_gpu_unknown() {
 fn a_transfer_its_partners_began_is_busy_at_once_and_bounds_the_bubble() {
     // Nothing learnt of the transfer: without its partners the whole receive would count as
     // transferring (no bubble before its end).
-    let mut tl = Timeline::new();
-    feed(
-        &mut tl,
-        &[
-            Obs::Launch { t: 100, stream: C },
-            Obs::CommIssue {
-                t: 200,
-                id: 1,
-                stream: P2P,
-                sig: recv(),
-            },
-            Obs::CommBegin {
-                id: 1,
-                t: 1_000,
-                seen: 1_100,
-            },
-        ],
-    );
+    let mut tl = waiting(1, recv(), 1_000);
     let open = tl.open_now().expect("a receive the compute waits for");
     assert_eq!((open.start, open.busy_from), (1_000, Some(1_000)));
     // Its sender began at 6 000: it is transferring from then (a grant must close), and an op
@@ -369,44 +395,13 @@ fn a_transfer_its_partners_began_is_busy_at_once_and_bounds_the_bubble() {
             remote: None,
         },
     );
-    feed(
-        &mut tl,
-        &[
-            Obs::CommEnd {
-                id: 1,
-                t: 30_000,
-                seen: 30_100,
-            },
-            Obs::Launch {
-                t: 30_200,
-                stream: C,
-            },
-        ],
-    );
+    let b = ended(&mut tl, 1, 30_000);
     // Idle from the drain to the sender's begin, and from the end to the next launch.
-    let b: Vec<_> = tl.take_closed().iter().map(|b| (b.start, b.end)).collect();
     assert_eq!(b, vec![(1_000, 6_000), (30_000, 30_200)]);
 
     // A wait learnt at the position puts the earliest transfer late (here 9 µs after the begin);
     // the partners' begin brings it forward to when the transfer truly began.
-    let mut tl = Timeline::new();
-    feed(
-        &mut tl,
-        &[
-            Obs::Launch { t: 100, stream: C },
-            Obs::CommIssue {
-                t: 200,
-                id: 2,
-                stream: P2P,
-                sig: recv(),
-            },
-            Obs::CommBegin {
-                id: 2,
-                t: 1_000,
-                seen: 1_100,
-            },
-        ],
-    );
+    let mut tl = waiting(2, recv(), 1_000);
     tl.in_flight.get_mut(&2).expect("in flight").learnt = 10_000;
     assert_eq!(tl.open_now().and_then(|b| b.busy_from), Some(10_000));
     tl.partners_transferring(2, Some(4_000));
@@ -427,43 +422,12 @@ fn a_transfer_its_partners_began_is_busy_at_once_and_bounds_the_bubble() {
             remote: None,
         },
     );
-    feed(
-        &mut tl,
-        &[
-            Obs::CommEnd {
-                id: 2,
-                t: 30_000,
-                seen: 30_100,
-            },
-            Obs::Launch {
-                t: 30_200,
-                stream: C,
-            },
-        ],
-    );
-    let b: Vec<_> = tl.take_closed().iter().map(|b| (b.start, b.end)).collect();
+    let b = ended(&mut tl, 2, 30_000);
     assert_eq!(b, vec![(1_000, 4_000), (30_000, 30_200)]);
 
     // A floor within the skew of the parties' records (the last one's begin is written a few µs
     // before its kernel runs) says nothing moved: one bubble, learnt on past the end.
-    let mut tl = Timeline::new();
-    feed(
-        &mut tl,
-        &[
-            Obs::Launch { t: 100, stream: C },
-            Obs::CommIssue {
-                t: 200,
-                id: 3,
-                stream: P2P,
-                sig: recv(),
-            },
-            Obs::CommBegin {
-                id: 3,
-                t: 1_000,
-                seen: 1_100,
-            },
-        ],
-    );
+    let mut tl = waiting(3, recv(), 1_000);
     tl.transfer_floor(
         3,
         Floor {
@@ -472,21 +436,7 @@ fn a_transfer_its_partners_began_is_busy_at_once_and_bounds_the_bubble() {
             remote: None,
         },
     );
-    feed(
-        &mut tl,
-        &[
-            Obs::CommEnd {
-                id: 3,
-                t: 30_000,
-                seen: 30_100,
-            },
-            Obs::Launch {
-                t: 30_200,
-                stream: C,
-            },
-        ],
-    );
-    let b: Vec<_> = tl.take_closed().iter().map(|b| (b.start, b.end)).collect();
+    let b = ended(&mut tl, 3, 30_000);
     assert_eq!(b, vec![(1_000, 30_200)]);
 }
 
@@ -661,24 +611,7 @@ fn a_collective_that_waits_for_another_node_is_idle_until_the_fabric_bound() {
         ..recv()
     };
     let run = |remote: Option<u32>| {
-        let mut tl = Timeline::new();
-        feed(
-            &mut tl,
-            &[
-                Obs::Launch { t: 100, stream: C },
-                Obs::CommIssue {
-                    t: 200,
-                    id: 1,
-                    stream: P2P,
-                    sig: all_reduce,
-                },
-                Obs::CommBegin {
-                    id: 1,
-                    t: 1_000_000,
-                    seen: 1_010_000,
-                },
-            ],
-        );
+        let mut tl = waiting(1, all_reduce, 1_000_000);
         tl.transfer_floor(
             1,
             Floor {
@@ -687,31 +620,14 @@ fn a_collective_that_waits_for_another_node_is_idle_until_the_fabric_bound() {
                 remote,
             },
         );
-        feed(
-            &mut tl,
-            &[
-                Obs::CommEnd {
-                    id: 1,
-                    t: 41_000_000,
-                    seen: 41_010_000,
-                },
-                Obs::Launch {
-                    t: 41_100_000,
-                    stream: C,
-                },
-            ],
-        );
-        tl.take_closed()
-            .iter()
-            .map(|b| (b.start, b.end))
-            .collect::<Vec<_>>()
+        ended(&mut tl, 1, 41_000_000)
     };
     let bound = 300_008;
     assert_eq!(
         run(Some(4)),
-        vec![(1_000_000, 41_000_000 - bound), (41_000_000, 41_100_000)]
+        vec![(1_000_000, 41_000_000 - bound), (41_000_000, 41_000_200)]
     );
     // Every party local (began by 1 ms, none on another node): the floor alone says it may have
     // transferred all along.
-    assert_eq!(run(None), vec![(41_000_000, 41_100_000)]);
+    assert_eq!(run(None), vec![(41_000_000, 41_000_200)]);
 }
