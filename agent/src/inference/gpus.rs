@@ -202,7 +202,8 @@ impl Gpus {
     /// [`Timeline::may_begin_from`]), can complete as soon as the last of them was issued, and
     /// its data move from then. The begin records of those parties come a fraction of a
     /// millisecond later, their issues at once: on torchtitan's ZBV job with noise, grants opened
-    /// as the last party of an all-gather launched it ran 1-2 ms over its transfer.
+    /// as the last party of an all-gather launched it ran 1-2 ms over its transfer (those that
+    /// still do were opened just before the agent went 4 ms without a step).
     fn parties_may_begin(&self, who: (u32, GpuId), tl: &Timeline) -> Option<Ns> {
         tl.in_flight_ops()
             .flat_map(|id| self.partners.waiting_for(who, id))

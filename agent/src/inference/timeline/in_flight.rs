@@ -1,0 +1,113 @@
+//! What ops in flight, and ops issued that can begin, say of when an open bubble's GPU may start
+//! transferring (its `busy_from`, which a grant must not run past): an op that began, from its
+//! begin plus the shortest wait learnt at its position or from its partners' begins; an op not
+//! seen to begin that can, from its issue.
+use super::*;
+
+/// An op that began and has not ended: the earliest time it may start transferring.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct InFlight {
+    /// Its begin plus the shortest wait learnt at its position (its begin when nothing was
+    /// learnt).
+    pub(super) learnt: Ns,
+    /// What its partners say: transferring from then ([`Timeline::partners_transferring`]).
+    pub(super) partners: Option<Ns>,
+}
+
+impl InFlight {
+    pub(super) fn busy_from(&self) -> Ns {
+        self.partners.map_or(self.learnt, |p| p.min(self.learnt))
+    }
+}
+
+impl Timeline {
+    /// The bubble open now, if any.
+    pub fn open_now(&self) -> Option<OpenBubble> {
+        let mut b = self.open.as_ref()?.bubble;
+        b.busy_from = self
+            .in_flight
+            .values()
+            .map(InFlight::busy_from)
+            .chain(self.may_begin(b.start))
+            .min();
+        Some(b)
+    }
+
+    /// When the ops issued but not seen to begin may start transferring, for those that can begin
+    /// now: the first op on its stream that has not ended, with the compute queued before it run
+    /// and no wait on communication in flight queued on its stream.
+    /// Its begin record may come late (the poller's delay): it may begin from its issue or the
+    /// bubble's start, whichever is later, and transfer after the shortest wait learnt at its
+    /// position. (One whose compute has not run, or that is queued behind another op or behind
+    /// such a wait, cannot begin yet; one on a stream never seen timed will not be seen to begin.)
+    pub(super) fn may_begin(&self, start: Ns) -> impl Iterator<Item = Ns> + '_ {
+        let mut streams: Vec<StreamId> = vec![];
+        self.order.iter().filter_map(move |id| {
+            let op = self.ops.get(id)?;
+            if streams.contains(&op.stream) {
+                return None;
+            }
+            streams.push(op.stream);
+            self.can_begin(op).then(|| {
+                let wait = self
+                    .pattern
+                    .predict(op.pos, WAIT)
+                    .map_or(0, |p| p.shortest_ns);
+                op.issued.max(start) + wait
+            })
+        })
+    }
+
+    /// Whether `op`, the first op not ended on its stream, can begin now: not seen to begin, the
+    /// compute queued before it run, its stream timed (see [`Timeline::may_begin`]).
+    fn can_begin(&self, op: &Op) -> bool {
+        let ran = op
+            .deps
+            .iter()
+            .all(|&(s, k)| self.streams.get(&s).is_none_or(|s| s.ran_to(k)))
+            && self
+                .streams
+                .get(&op.stream)
+                .is_none_or(|s| s.ran_to(s.launches));
+        op.begin.is_none() && ran && self.timed.contains(&op.stream)
+    }
+
+    /// When op `id` may begin, if it can begin now (its begin record may come late): its issue.
+    /// `None`: it began, ended, is not of this timeline, or cannot begin yet (queued behind
+    /// another op or compute, or on a stream never seen timed).
+    pub fn may_begin_from(&self, id: u64) -> Option<Ns> {
+        let op = self.ops.get(&id)?;
+        let first = self
+            .order
+            .iter()
+            .find(|i| self.ops.get(i).is_some_and(|o| o.stream == op.stream))?;
+        (*first == id && self.can_begin(op)).then_some(op.issued)
+    }
+
+    /// The ops that began and have not ended.
+    pub fn in_flight_ops(&self) -> impl Iterator<Item = u64> + '_ {
+        self.in_flight.keys().copied()
+    }
+
+    /// Test support: op `id` in flight may start transferring at `t` at the earliest (as if
+    /// that wait had been learnt at its position).
+    #[cfg(test)]
+    pub fn set_learnt(&mut self, id: u64, t: Ns) {
+        if let Some(f) = self.in_flight.get_mut(&id) {
+            f.learnt = t;
+        }
+    }
+
+    /// What op `id`'s partners say of its transfer now ([`super::partners`]): `Some(t)`, under
+    /// way from GPU time `t` at the latest (every party to one of its match keys had begun, and
+    /// that key's data has not all arrived): a grant must not run past it; `None`, nothing moves
+    /// for a key now (none completed, or the ones that did have delivered their data).
+    pub fn partners_transferring(&mut self, id: u64, t: Option<Ns>) {
+        let Some(b) = self.ops.get(&id).and_then(|op| op.begin) else {
+            return;
+        };
+        if let Some(f) = self.in_flight.get_mut(&id) {
+            f.partners = t.map(|t| t.max(b));
+        }
+    }
+}
