@@ -13,8 +13,9 @@
 //!   the first kernel of any trainer. A trace without marks (an older one) uses the old rule:
 //!   the k-th [`ITERATION_MARKER`] kernel of each rank ends iteration k;
 //! * a rank is busy while a compute kernel of its pid runs on its GPU or one of its
-//!   communication kernels transfers (from `transfer_start_ns` to `end_ns`; a line without
-//!   `transfer_start_ns` transfers for 0 ns); the rest of the window is idle (no kernel running,
+//!   communication kernels transfers (from `transfer_start_ns` to `end_ns`, and from `start_ns`
+//!   to `eager_end_ns` where a send filled its buffer before it waited for its receiver; a line
+//!   without `transfer_start_ns` transfers for 0 ns); the rest of the window is idle (no kernel running,
 //!   or only communication kernels waiting for their peers).
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -47,6 +48,10 @@ pub struct KernelRecord {
     /// A communication kernel: when its transfer began (it waited for its peer before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transfer_start_ns: Option<u64>,
+    /// A communication kernel that transferred from its start before it waited (a send that
+    /// filled its buffer, then waited for its receiver): when that part ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eager_end_ns: Option<u64>,
 }
 
 impl KernelRecord {
@@ -56,14 +61,20 @@ impl KernelRecord {
     }
 
     /// When the kernel keeps its GPU busy: a compute kernel throughout, a communication kernel
-    /// while it transfers.
-    pub fn busy_span(&self) -> Option<(u64, u64)> {
-        if self.is_compute() {
-            return Some((self.start_ns, self.end_ns));
-        }
-        self.transfer_start_ns
-            .map(|t| (t.max(self.start_ns), self.end_ns))
-            .filter(|(a, b)| a < b)
+    /// while it transfers (from its start for what it moved before it waited, if anything, and
+    /// from its transfer's start to its end).
+    pub fn busy_spans(&self) -> impl Iterator<Item = (u64, u64)> {
+        let (eager, transfer) = if self.is_compute() {
+            (None, Some((self.start_ns, self.end_ns)))
+        } else {
+            (
+                self.eager_end_ns
+                    .map(|e| (self.start_ns, e.min(self.end_ns))),
+                self.transfer_start_ns
+                    .map(|t| (t.max(self.start_ns), self.end_ns)),
+            )
+        };
+        eager.into_iter().chain(transfer).filter(|(a, b)| a < b)
     }
 }
 
@@ -316,7 +327,7 @@ fn windows(
                 records
                     .iter()
                     .filter(|k| mine(r, k))
-                    .filter_map(KernelRecord::busy_span)
+                    .flat_map(KernelRecord::busy_spans)
                     .collect(),
             )
         })
@@ -453,7 +464,23 @@ mod tests {
             start_ns: s,
             end_ns: e,
             transfer_start_ns: None,
+            eager_end_ns: None,
         }
+    }
+
+    #[test]
+    fn a_send_that_filled_its_buffer_is_busy_at_its_start_and_from_its_transfer() {
+        let mut send = k(0, 1, "ncclDevKernel_SendRecv", "comm", 10, 40);
+        send.transfer_start_ns = Some(30);
+        send.eager_end_ns = Some(14);
+        assert_eq!(
+            send.busy_spans().collect::<Vec<_>>(),
+            vec![(10, 14), (30, 40)]
+        );
+        send.eager_end_ns = None;
+        assert_eq!(send.busy_spans().collect::<Vec<_>>(), vec![(30, 40)]);
+        let f = k(0, 1, "f", "compute", 10, 40);
+        assert_eq!(f.busy_spans().collect::<Vec<_>>(), vec![(10, 40)]);
     }
 
     #[test]

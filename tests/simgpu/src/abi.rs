@@ -24,7 +24,7 @@
 //!   reuse its parameter buffers as soon as the launch returns. `DeviceWork.ctx` is owned by the
 //!   kernel from launch on; `run` is called exactly once and must free it.
 //!
-//! # Communication kernels: `DeviceWork`, version 2
+//! # Communication kernels: `DeviceWork`, version 3
 //! A communication kernel first *waits* for its peers (a receive for the matching send, a
 //! collective for every rank), then *transfers*. When the kernel has started on the GPU, the
 //! simulated GPU calls `run(ctx, &mut CommKernel)` on the stream's execution thread, with
@@ -32,7 +32,9 @@
 //! it knows when its transfer begins (its peers posted), then sets
 //! [`CommKernel::transfer_start_ns`] (not before `start_ns`) and [`CommKernel::transfer_ns`] (GPU
 //! time the transfer takes once begun; 0 when the data is already there) and returns at once: it
-//! does not sleep through the transfer. The simulated GPU then ends the kernel once its context
+//! does not sleep through the transfer. A kernel that transferred before it waited (a send that
+//! filled its buffer, then waited for its receiver) also sets [`CommKernel::eager_ns`]: that part
+//! ran from `start_ns` on. The simulated GPU then ends the kernel once its context
 //! has been resident on the device for `transfer_ns` from `transfer_start_ns` on; under
 //! time-slicing, while another process holds the device, the transfer does not progress, so a
 //! receive whose data has arrived completes late. Whether the *waiting* part needs the context
@@ -42,7 +44,8 @@
 //! take the SM shares of compute kernels, under MPS or within a process.
 //!
 //! Version 1 (`run(ctx)`, which slept until the transfer's end in real time, magic
-//! [`DEVICE_WORK_MAGIC_V1`]) is refused by the stand-in driver with `CUDA_ERROR_INVALID_VALUE`.
+//! [`DEVICE_WORK_MAGIC_V1`]) and version 2 (a `CommKernel` without `eager_ns`, magic
+//! [`DEVICE_WORK_MAGIC_V2`]) are refused by the stand-in driver with `CUDA_ERROR_INVALID_VALUE`.
 use std::ffi::c_void;
 
 /// Run time of a kernel launched without a duration parameter.
@@ -53,8 +56,11 @@ pub const DURATION_BITS: u32 = 48;
 pub const FILL_SHIFT: u32 = 56;
 /// Function-name prefix that marks a communication kernel.
 pub const COMM_KERNEL_PREFIX: &str = "nccl";
-/// `DeviceWork.magic` of version 2 ("FDEVWRK2").
-pub const DEVICE_WORK_MAGIC: u64 = 0x324b_5257_5645_4446;
+/// `DeviceWork.magic` of version 3 ("FDEVWRK3").
+pub const DEVICE_WORK_MAGIC: u64 = 0x334b_5257_5645_4446;
+/// `DeviceWork.magic` of version 2 ("FDEVWRK2"), no longer accepted: its `CommKernel` is a
+/// field shorter.
+pub const DEVICE_WORK_MAGIC_V2: u64 = 0x324b_5257_5645_4446;
 /// `DeviceWork.magic` of version 1 ("FDEVWORK"), no longer accepted.
 pub const DEVICE_WORK_MAGIC_V1: u64 = 0x4b52_4f57_5645_4446;
 
@@ -85,6 +91,10 @@ pub struct CommKernel {
     pub transfer_start_ns: u64,
     /// Out: GPU time the transfer takes once begun (ns).
     pub transfer_ns: u64,
+    /// Out: GPU time transferred from `start_ns` on, before the wait (0: none): a send larger
+    /// than its channel's buffer fills the buffer at once, then waits for its receiver to move
+    /// the rest (from `transfer_start_ns`, for `transfer_ns`). The kernel is busy in both parts.
+    pub eager_ns: u64,
 }
 
 /// The body of a communication kernel (see the module docs).
@@ -130,6 +140,10 @@ pub mod env {
     /// How long (µs of real time) the simulated GPU waits for a late stream thread before it moves
     /// its timeline on without it (default 2000; see `crate::sched`).
     pub const SIM_HOLD_US: &str = "FREERIDE_SIM_HOLD_US";
+    /// Bytes a point-to-point send moves before its receiver's kernel has started, as NCCL's
+    /// per-peer buffer holds (4194304 is NCCL_BUFFSIZE's default; 0, the default: any size,
+    /// eagerly). A larger send fills the buffer, waits for its receiver, then moves the rest.
+    pub const NCCL_BUFFER_BYTES: &str = "FREERIDE_SIM_NCCL_BUFFER_BYTES";
 }
 
 /// Monotonic clock in nanoseconds (CLOCK_MONOTONIC): the one clock of the test bed, the ground

@@ -334,7 +334,7 @@ fn run_kernel(inner: &Inner, k: KernelOp, ready_ns: u64, on_time: bool) -> Timin
         // SAFETY: by the kernel ABI `run` is a valid function taking ownership of `ctx`; it is
         // called exactly once (the Work is consumed here) with a CommKernel we own.
         unsafe { (w.run)(w.ctx, &mut ck) };
-        device.report_transfer(id, ck.transfer_start_ns.max(ck.start_ns), ck.transfer_ns);
+        device.report_transfer(id, &ck);
     }
     let t = device.wait_done(id, on_time);
     inner.state().exec = Exec::Busy;
@@ -351,6 +351,7 @@ fn run_kernel(inner: &Inner, k: KernelOp, ready_ns: u64, on_time: bool) -> Timin
         start_ns: t.start_ns,
         end_ns: t.end_ns,
         transfer_start_ns: k.comm.then_some(t.transfer_start_ns),
+        eager_end_ns: t.eager_end_ns,
     });
     t
 }

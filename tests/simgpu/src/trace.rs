@@ -21,6 +21,9 @@ pub struct TruthLine<'a> {
     /// Communication kernels: when the transfer began (before it, the kernel waited for its
     /// peers; from it to `end_ns` it transferred).
     pub transfer_start_ns: Option<u64>,
+    /// Communication kernels that transferred from their start before they waited (a send that
+    /// filled its buffer, then waited for its receiver): when that part ended.
+    pub eager_end_ns: Option<u64>,
 }
 
 /// Escapes `s` for a JSON string body.
@@ -44,7 +47,7 @@ impl TruthLine<'_> {
     /// The line, newline included, in the format of TESTBED.md.
     pub fn to_json(&self) -> String {
         format!(
-            "{{\"device\":{},\"bus_id\":\"{}\",\"pid\":{},\"stream\":{},\"kernel\":\"{}\",\"kind\":\"{}\",\"api\":\"{}\",\"graph\":{},\"queued_ns\":{},\"start_ns\":{},\"end_ns\":{}{}}}\n",
+            "{{\"device\":{},\"bus_id\":\"{}\",\"pid\":{},\"stream\":{},\"kernel\":\"{}\",\"kind\":\"{}\",\"api\":\"{}\",\"graph\":{},\"queued_ns\":{},\"start_ns\":{},\"end_ns\":{}{}{}}}\n",
             self.device,
             crate::identity::pci_bus_id(self.device),
             self.pid,
@@ -58,6 +61,10 @@ impl TruthLine<'_> {
             self.end_ns,
             match self.transfer_start_ns {
                 Some(t) => format!(",\"transfer_start_ns\":{t}"),
+                None => String::new(),
+            },
+            match self.eager_end_ns {
+                Some(t) => format!(",\"eager_end_ns\":{t}"),
                 None => String::new(),
             }
         )
@@ -105,6 +112,7 @@ mod tests {
             start_ns: 2,
             end_ns: 3,
             transfer_start_ns: None,
+            eager_end_ns: None,
         };
         assert_eq!(
             l.to_json(),
@@ -119,5 +127,13 @@ mod tests {
         assert!(c
             .to_json()
             .ends_with("\"start_ns\":2,\"end_ns\":3,\"transfer_start_ns\":2}\n"));
+        let s = TruthLine {
+            transfer_start_ns: Some(3),
+            eager_end_ns: Some(2),
+            ..c
+        };
+        assert!(s
+            .to_json()
+            .ends_with("\"transfer_start_ns\":3,\"eager_end_ns\":2}\n"));
     }
 }

@@ -19,6 +19,7 @@ fn the_product_reads_the_kernels_pipesim_reads() {
         start_ns: 100 + pid as u64,
         end_ns: 200 + pid as u64,
         transfer_start_ns: transfer,
+        eager_end_ns: None,
     };
     let kernels = [
         kernel(11, "compute", "cuLaunchKernel", None),

@@ -48,6 +48,8 @@ pub struct Timing {
     pub end_ns: u64,
     /// Communication kernels: when the transfer began (the start for others).
     pub transfer_start_ns: u64,
+    /// Communication kernels: when the part they transferred before they waited ended.
+    pub eager_end_ns: Option<u64>,
 }
 
 impl Device {
@@ -148,15 +150,19 @@ impl Device {
                 start_ns: t,
                 end_ns: t,
                 transfer_start_ns: t,
+                eager_end_ns: None,
             },
         }
     }
 
     /// A communication kernel's body reports its transfer (see `crate::abi::CommKernel`).
-    pub fn report_transfer(&self, id: EntryId, transfer_start_ns: u64, transfer_ns: u64) {
-        self.shm
-            .model()
-            .report_transfer(id, transfer_start_ns, transfer_ns);
+    pub fn report_transfer(&self, id: EntryId, k: &crate::abi::CommKernel) {
+        self.shm.model().report_transfer(
+            id,
+            k.transfer_start_ns.max(k.start_ns),
+            k.transfer_ns,
+            k.eager_ns,
+        );
         self.bump(&self.shm.gen);
     }
 
@@ -208,6 +214,7 @@ impl Device {
                                 start_ns: d.start_ns,
                                 end_ns: d.end_ns,
                                 transfer_start_ns: d.transfer_start_ns,
+                                eager_end_ns: d.eager_end_ns,
                             });
                         }
                     }

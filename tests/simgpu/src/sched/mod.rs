@@ -133,6 +133,8 @@ pub struct Entry {
     pub end_ns: u64,
     /// Communication kernels: when the transfer begins (0: at the start).
     pub transfer_start_ns: u64,
+    /// Communication kernels that transferred before they waited: when that part ended (0: none).
+    pub eager_end_ns: u64,
     /// Work left: ns at full speed.
     pub work: f64,
     /// Scratch of the current step: work done per ns.
@@ -240,6 +242,9 @@ pub struct Done {
     pub end_ns: u64,
     /// Communication kernels: when the transfer began.
     pub transfer_start_ns: u64,
+    /// Communication kernels that transferred from their start before they waited: when that
+    /// part ended (None: no such part).
+    pub eager_end_ns: Option<u64>,
 }
 
 /// What [`Sched::predict`] looks for.
@@ -311,6 +316,7 @@ impl Sched {
             start_ns: 0,
             end_ns: 0,
             transfer_start_ns: 0,
+            eager_end_ns: 0,
             work: if s.mark || (s.comm && s.with_body) {
                 0.0
             } else {
@@ -453,9 +459,12 @@ impl Sched {
         None
     }
 
-    /// A communication kernel's body reports when its transfer begins and how long it takes.
-    /// A start in the past is settled from the residency history.
-    pub fn report_transfer(&mut self, id: EntryId, start_ns: u64, transfer_ns: u64) {
+    /// A communication kernel's body reports when its transfer begins and how long it takes,
+    /// and how much it transferred from its start before it waited (`eager_ns`, 0: nothing).
+    /// Starts in the past are settled from the residency history. An eager part that has not
+    /// had its time by now (its process was not resident enough) is moved whole into the
+    /// transfer that follows.
+    pub fn report_transfer(&mut self, id: EntryId, start_ns: u64, transfer_ns: u64, eager_ns: u64) {
         let clock = self.clock_ns;
         let Some(e) = self.entry(id).copied() else {
             return;
@@ -463,15 +472,24 @@ impl Sched {
         if e.state != ACTIVE || e.kind != COMM_WAIT {
             return;
         }
-        let p = start_ns.max(e.start_ns);
+        let (eager_end, carried) = match eager_ns {
+            0 => (0, 0.0),
+            n => match self.settle_past(e.slot, e.start_ns, clock, n as f64) {
+                Ok(end) => (end, 0.0),
+                Err(left) => (0, left),
+            },
+        };
+        let p = start_ns.max(e.start_ns).max(eager_end);
+        let work = transfer_ns as f64 + carried;
         let settled = if p < clock {
-            self.settle_past(e.slot, p, clock, transfer_ns as f64)
+            self.settle_past(e.slot, p, clock, work)
         } else {
-            Err(transfer_ns as f64)
+            Err(work)
         };
         let e = self.entry_mut(id).expect("checked above");
         e.kind = COMM_XFER;
         e.transfer_start_ns = p;
+        e.eager_end_ns = eager_end;
         match settled {
             Ok(end) => {
                 e.state = DONE;
@@ -496,6 +514,7 @@ impl Sched {
             } else {
                 e.transfer_start_ns
             },
+            eager_end_ns: (e.eager_end_ns > e.start_ns).then_some(e.eager_end_ns),
         };
         e.state = FREE;
         Some(d)

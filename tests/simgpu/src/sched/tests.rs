@@ -123,7 +123,7 @@ fn a_receive_whose_data_arrived_completes_when_its_process_is_resident_again() {
     s.advance(3 * MS);
     // At 3 ms the data has arrived (a transfer of 100 µs from 2.9 ms): the trainer is not
     // resident, so it completes in its next slice, at 4.05 ms + what is left of the transfer.
-    s.report_transfer(r, 2_900 * US, 100 * US);
+    s.report_transfer(r, 2_900 * US, 100 * US, 0);
     let (_, end) = run(&mut s, r);
     assert_eq!(end, 4_025 * US + 25 * US + 100 * US);
     let d = s.entry(side).unwrap();
@@ -137,9 +137,33 @@ fn a_transfer_reported_late_is_settled_from_the_history() {
     // Alone: resident all along; the report comes when the clock is at 5 ms for a transfer that
     // began at 1 ms and took 1 ms.
     s.advance(5 * MS);
-    s.report_transfer(r, MS, MS);
+    s.report_transfer(r, MS, MS, 0);
     let d = s.take_done(r).unwrap();
     assert_eq!((d.start_ns, d.transfer_start_ns, d.end_ns), (0, MS, 2 * MS));
+    assert_eq!(d.eager_end_ns, None);
+}
+
+#[test]
+fn a_send_that_filled_its_buffer_transfers_at_its_start_and_again_from_its_receivers() {
+    let mut s = Sched::new(knobs(Mode::Timeslice));
+    let r = s.submit(&comm(0, 1, 0)).unwrap();
+    // 400 µs into its buffer from its start, then (its receiver started at 3 ms) 100 µs more.
+    s.advance(5 * MS);
+    s.report_transfer(r, 3 * MS, 100 * US, 400 * US);
+    let d = s.take_done(r).unwrap();
+    assert_eq!(
+        (d.start_ns, d.eager_end_ns, d.transfer_start_ns, d.end_ns),
+        (0, Some(400 * US), 3 * MS, 3 * MS + 100 * US)
+    );
+    // Its receiver there before the buffer was full: one transfer, from the buffer's end.
+    let r = s.submit(&comm(0, 1, 5 * MS)).unwrap();
+    s.advance(8 * MS);
+    s.report_transfer(r, 5 * MS + 100 * US, 100 * US, 400 * US);
+    let d = s.take_done(r).unwrap();
+    assert_eq!(
+        (d.eager_end_ns, d.transfer_start_ns, d.end_ns),
+        (Some(5_400 * US), 5_400 * US, 5_500 * US)
+    );
 }
 
 #[test]

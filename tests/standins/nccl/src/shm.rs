@@ -12,8 +12,8 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64};
 
-/// "FRNCCLC1".
-pub const MAGIC: u64 = 0x3143_4c43_434e_5246;
+/// "FRNCCLC2" (2: a slot says when its receiver started).
+pub const MAGIC: u64 = 0x3243_4c43_434e_5246;
 /// Sends a sender may post ahead of its receiver on one channel.
 pub const P2P_SLOTS: usize = 512;
 /// Collectives in flight per communicator (more than enough: a collective waits for all ranks).
@@ -39,12 +39,16 @@ pub struct RankInfo {
     pub _pad: AtomicU32,
 }
 
-/// A posted message or collective arrival: `tag` = sequence number + 1, written last.
+/// A posted message or collective arrival: `tag` = sequence number + 1, written last. For a
+/// message, its receiver answers in the same slot when its kernel started (`recv_tag` =
+/// sequence number + 1, written after `recv_start_ns`), for a sender that waits for it.
 #[repr(C)]
 pub struct Slot {
     pub tag: AtomicU64,
     pub start_ns: AtomicU64,
     pub bytes: AtomicU64,
+    pub recv_tag: AtomicU64,
+    pub recv_start_ns: AtomicU64,
 }
 
 /// One direction between two ranks.
@@ -225,10 +229,10 @@ mod tests {
 
     #[test]
     fn layout_is_aligned() {
-        assert_eq!(std::mem::size_of::<Slot>(), 24);
+        assert_eq!(std::mem::size_of::<Slot>(), 40);
         assert_eq!(std::mem::size_of::<Channel>() % 8, 0);
         assert_eq!(off_channels(3) % 8, 0);
         assert_eq!(coll_stride(3) % 8, 0);
-        assert!(size_for(8) < 1 << 20);
+        assert!(size_for(8) < 2 << 20);
     }
 }

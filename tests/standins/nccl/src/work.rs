@@ -1,16 +1,25 @@
-//! What NCCL's kernels do on the simulated GPU (`simgpu::abi::DeviceWork::run`, version 2, on
+//! What NCCL's kernels do on the simulated GPU (`simgpu::abi::DeviceWork::run`, version 3, on
 //! the stream's thread once the kernel has started): post sends, wait (in real time) for receives
 //! and collective peers, and tell the GPU when the transfer begins and how long it takes
 //! (`simgpu::abi::CommKernel`); the GPU ends the kernel (after the transfer has had its time on
 //! the device, which under time-slicing needs this process resident).
 //!
-//! * Send: posts (start time, bytes) in the channel's slot for its sequence number; transfers
-//!   from its start for the transfer time (eager).
-//! * Receive: transfers from max(its start, matching send's start) until max(its start, matching
-//!   send's start + transfer time): 0 when the data was there before it started.
-//! * A group kernel posts all its sends first, then waits for its receives; its transfer begins
-//!   when the last of its receives' data began to arrive (at its start if it has none) and lasts
-//!   until the last of its ops would end.
+//! * Send: posts (start time, bytes) in the channel's slot for its sequence number and transfers
+//!   from its start. What fits in the channel's buffer ([`Cost::buffer_bytes`]; NCCL_BUFFSIZE's
+//!   4 MiB with `FREERIDE_SIM_NCCL_BUFFER_BYTES=4194304`, unlimited by default) moves at once
+//!   (eager); a larger send fills the buffer, then waits until its receiver's
+//!   kernel has started (the receiver answers in the slot) and moves the rest from then, as
+//!   NCCL's sends do: it ends at max(its start + transfer time, the receiver's start + the rest's
+//!   time), busy in both parts (one transfer where the receiver came before the buffer was full).
+//! * Receive: transfers from max(its start, matching send's start) until the send's data are all
+//!   there: max(its start, send start + transfer time), or for a send larger than the buffer
+//!   max(send start + transfer time, its start + the rest's time); 0 when the data was there
+//!   before it started.
+//! * A group kernel posts all its sends first, then waits for its receives, then for the
+//!   receivers of its sends larger than the buffer; it transfers from its start while its sends
+//!   fill their buffers, then from when the last of its receives' data (and of its large sends'
+//!   receivers) began to arrive until the last of its ops would end (one transfer from its start
+//!   where those overlap, or where it only sends).
 //! * Collective: transfers from max(all ranks' starts) for the transfer time of 2(n-1)/n x bytes.
 use crate::shm::{Mapping, P2P_SLOTS};
 use crate::sync::{futex_wait, futex_wake_all, process_dead};
@@ -70,6 +79,8 @@ impl CommShared {
 pub struct Cost {
     pub base_ns: u64,
     pub ps_per_byte: u64,
+    /// Bytes a send moves before its receiver is there (0: any size).
+    pub buffer_bytes: u64,
     pub timeout_ns: u64,
 }
 
@@ -77,12 +88,21 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
 }
 
+/// NCCL_BUFFSIZE's default, 4 MiB: what the unit tests run at, to exercise sends that wait.
+const NCCL_BUFFSIZE: u64 = 4 << 20;
+
+/// The buffer where `FREERIDE_SIM_NCCL_BUFFER_BYTES` is unset: 0 (every send eager) for now, as
+/// the interleaved lowerings and torch's deferred receives deadlock with NCCL's 4 MiB
+/// (TESTBED.md, "NCCL"); the unit tests use NCCL's.
+const DEFAULT_BUFFER_BYTES: u64 = if cfg!(test) { NCCL_BUFFSIZE } else { 0 };
+
 /// Read once per process.
 pub fn cost() -> &'static Cost {
     static COST: OnceLock<Cost> = OnceLock::new();
     COST.get_or_init(|| Cost {
         base_ns: env_u64(simgpu::abi::env::NCCL_BASE_NS).unwrap_or(0),
         ps_per_byte: env_u64(simgpu::abi::env::NCCL_PS_PER_BYTE).unwrap_or(100),
+        buffer_bytes: env_u64(simgpu::abi::env::NCCL_BUFFER_BYTES).unwrap_or(DEFAULT_BUFFER_BYTES),
         timeout_ns: env_u64("FREERIDE_SIM_NCCL_TIMEOUT_S")
             .unwrap_or(600)
             .saturating_mul(1_000_000_000),
@@ -91,8 +111,53 @@ pub fn cost() -> &'static Cost {
 
 /// Transfer time of `bytes`.
 pub fn transfer_ns(bytes: u64) -> u64 {
-    let c = cost();
-    c.base_ns + (bytes as u128 * c.ps_per_byte as u128 / 1000) as u64
+    cost().base_ns + bytes_ns(bytes)
+}
+
+/// Time `bytes` take on the wire once a transfer runs (no base).
+fn bytes_ns(bytes: u64) -> u64 {
+    (bytes as u128 * cost().ps_per_byte as u128 / 1000) as u64
+}
+
+/// Bytes of a send of `bytes` that wait for its receiver (0: it fits in the buffer).
+fn beyond_buffer(bytes: u64) -> u64 {
+    match cost().buffer_bytes {
+        0 => 0,
+        b => bytes.saturating_sub(b),
+    }
+}
+
+/// When a message sent at `sent` with `bytes` is all there, for a receiver that started at
+/// `recv_start`.
+fn arrival_end(sent: u64, bytes: u64, recv_start: u64) -> u64 {
+    let whole = sent + transfer_ns(bytes);
+    match beyond_buffer(bytes) {
+        0 => whole,
+        rest => whole.max(recv_start + bytes_ns(rest)),
+    }
+}
+
+/// What one op (or a group kernel) transferred: from its start to `eager_end` (if any), then from
+/// `from` to `end`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Transfer {
+    eager_end: Option<u64>,
+    from: u64,
+    end: u64,
+}
+
+impl Transfer {
+    /// A transfer from its start where its eager part runs into the rest.
+    fn joined(self, t0: u64) -> Transfer {
+        match self.eager_end {
+            Some(e) if e >= self.from => Transfer {
+                eager_end: None,
+                from: t0,
+                end: self.end.max(e),
+            },
+            _ => self,
+        }
+    }
 }
 
 /// A point-to-point op of a group kernel.
@@ -113,7 +178,7 @@ pub enum Work {
     },
 }
 
-/// `DeviceWork.run` (version 2): takes ownership of the boxed [`Work`]; answers in `kernel`.
+/// `DeviceWork.run` (version 3): takes ownership of the boxed [`Work`]; answers in `kernel`.
 pub unsafe extern "C" fn run(ctx: *mut c_void, kernel: *mut CommKernel) {
     if ctx.is_null() || kernel.is_null() {
         return;
@@ -123,58 +188,104 @@ pub unsafe extern "C" fn run(ctx: *mut c_void, kernel: *mut CommKernel) {
     // SAFETY: the simulated GPU passes a valid CommKernel it owns for the duration of the call.
     let k = unsafe { &mut *kernel };
     let t0 = k.start_ns;
-    let (from, end) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work.execute(t0)))
-        .unwrap_or((t0, t0));
-    k.transfer_start_ns = from.max(t0);
-    k.transfer_ns = end.saturating_sub(k.transfer_start_ns);
+    let t = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work.execute(t0))).unwrap_or(
+        Transfer {
+            eager_end: None,
+            from: t0,
+            end: t0,
+        },
+    );
+    k.eager_ns = t.eager_end.map_or(0, |e| e.saturating_sub(t0));
+    k.transfer_start_ns = t.from.max(t0);
+    k.transfer_ns = t.end.saturating_sub(k.transfer_start_ns);
 }
 
 impl Work {
-    /// (transfer start, end as if the process stayed resident) of the kernel started at `t0`.
-    fn execute(&self, t0: u64) -> (u64, u64) {
+    /// What the kernel started at `t0` transfers, as if the process stayed resident.
+    fn execute(&self, t0: u64) -> Transfer {
         match self {
             Work::P2p(ops) => {
                 let mut end = t0;
+                // Sends that fill their buffer now and wait for their receivers for the rest.
+                let mut waiting = vec![];
+                let mut filled = None;
                 for (comm, op) in ops {
                     if let P2p::Send { peer, seq, bytes } = op {
                         match post_send(comm, *peer, *seq, *bytes, t0) {
-                            Ok(e) => end = end.max(e),
+                            Ok(()) => {
+                                end = end.max(t0 + transfer_ns(*bytes));
+                                let eager = transfer_ns(*bytes - beyond_buffer(*bytes));
+                                filled = filled.max(Some(t0 + eager));
+                                if beyond_buffer(*bytes) > 0 {
+                                    waiting.push((comm, *peer, *seq, *bytes));
+                                }
+                            }
                             Err(e) => comm.fail(e),
                         }
                     }
                 }
-                let mut from = t0;
+                let mut from = None;
                 for (comm, op) in ops {
                     if let P2p::Recv { peer, seq } = op {
                         match wait_recv(comm, *peer, *seq, t0) {
                             Ok((f, e)) => {
-                                from = from.max(f);
+                                from = from.max(Some(f));
                                 end = end.max(e);
                             }
                             Err(e) => comm.fail(e),
                         }
                     }
                 }
-                (from, end)
+                for (comm, peer, seq, bytes) in waiting {
+                    match wait_receiver(comm, peer, seq) {
+                        Ok(r) => {
+                            from = from.max(Some(r.max(t0)));
+                            end = end.max(arrival_end(t0, bytes, r));
+                        }
+                        Err(e) => comm.fail(e),
+                    }
+                }
+                match from {
+                    None => Transfer {
+                        eager_end: None,
+                        from: t0,
+                        end,
+                    },
+                    Some(from) => Transfer {
+                        eager_end: filled,
+                        from,
+                        end,
+                    }
+                    .joined(t0),
+                }
             }
             Work::Coll { comm, seq, bytes } => match collective(comm, *seq, *bytes, t0) {
-                Ok(fe) => fe,
+                Ok((from, end)) => Transfer {
+                    eager_end: None,
+                    from,
+                    end,
+                },
                 Err(e) => {
                     comm.fail(e);
-                    (t0, t0)
+                    Transfer {
+                        eager_end: None,
+                        from: t0,
+                        end: t0,
+                    }
                 }
             },
         }
     }
 }
 
+/// Posts a send started at `t0` in its channel's slot (once the slot is free).
 fn post_send(
     comm: &CommShared,
     peer: usize,
     seq: u64,
     bytes: u64,
     t0: u64,
-) -> Result<u64, NcclResult> {
+) -> Result<(), NcclResult> {
     let ch = comm.map.channel(comm.rank, peer);
     // Flow control: the slot must have been consumed P2P_SLOTS messages ago.
     comm.wait(&ch.consumed, &[peer], || {
@@ -186,7 +297,27 @@ fn post_send(
     slot.tag.store(seq + 1, Ordering::Release);
     ch.posted.fetch_add(1, Ordering::AcqRel);
     futex_wake_all(&ch.posted);
-    Ok(t0 + transfer_ns(bytes))
+    Ok(())
+}
+
+/// When the receiver of send `seq` to `peer` started its kernel (waits for it).
+fn wait_receiver(comm: &CommShared, peer: usize, seq: u64) -> Result<u64, NcclResult> {
+    let ch = comm.map.channel(comm.rank, peer);
+    let slot = &ch.slots[seq as usize % P2P_SLOTS];
+    // The receiver answers before it counts the message consumed; the slot is posted again
+    // only by this rank, for a later send.
+    comm.wait(&ch.consumed, &[peer], || {
+        slot.recv_tag.load(Ordering::Acquire) == seq + 1
+            || u64::from(ch.consumed.load(Ordering::Acquire)) > seq
+    })?;
+    let r = slot.recv_start_ns.load(Ordering::Relaxed);
+    if slot.recv_tag.load(Ordering::Acquire) == seq + 1 {
+        Ok(r)
+    } else {
+        // Overwritten by a later message's receiver (this thread was away that long): it
+        // started at the latest now.
+        Ok(now_ns())
+    }
 }
 
 /// (transfer start, end) of a receive started at `t0`.
@@ -198,9 +329,11 @@ fn wait_recv(comm: &CommShared, peer: usize, seq: u64, t0: u64) -> Result<(u64, 
     })?;
     let start = slot.start_ns.load(Ordering::Relaxed);
     let bytes = slot.bytes.load(Ordering::Relaxed);
+    slot.recv_start_ns.store(t0, Ordering::Relaxed);
+    slot.recv_tag.store(seq + 1, Ordering::Release);
     ch.consumed.fetch_add(1, Ordering::AcqRel);
     futex_wake_all(&ch.consumed);
-    Ok((t0.max(start), t0.max(start + transfer_ns(bytes))))
+    Ok((t0.max(start), t0.max(arrival_end(start, bytes, t0))))
 }
 
 /// (transfer start, end) of a collective whose rank here started at `t0`.
@@ -272,7 +405,7 @@ mod tests {
         let c = ranks(2, "p2p");
         let t0 = now_ns();
         // 1 MB at the default 100 ps/byte: 100 µs.
-        assert_eq!(post_send(&c[0], 1, 0, 1_000_000, t0).unwrap(), t0 + 100_000);
+        post_send(&c[0], 1, 0, 1_000_000, t0).unwrap();
         assert_eq!(
             wait_recv(&c[1], 0, 0, t0 - 5).unwrap(),
             (t0, t0 + 100_000),
@@ -322,32 +455,111 @@ mod tests {
         }
     }
 
+    /// What `run` answers for `w` started at `start_ns`.
+    fn answer(w: Work, start_ns: u64) -> CommKernel {
+        let mut k = CommKernel {
+            start_ns,
+            ..CommKernel::default()
+        };
+        // SAFETY: a leaked Box<Work> and a CommKernel we own, as the simulated GPU passes.
+        unsafe { run(Box::into_raw(Box::new(w)).cast(), &mut k) };
+        k
+    }
+
+    fn send(c: &Ranks, from: usize, to: usize, seq: u64, bytes: u64) -> Work {
+        Work::P2p(vec![(
+            c[from].clone(),
+            P2p::Send {
+                peer: to,
+                seq,
+                bytes,
+            },
+        )])
+    }
+
+    fn recv(c: &Ranks, at: usize, from: usize, seq: u64) -> Work {
+        Work::P2p(vec![(c[at].clone(), P2p::Recv { peer: from, seq })])
+    }
+
     #[test]
     fn the_body_answers_when_its_transfer_begins_and_how_long_it_takes() {
         let c = ranks(2, "body");
         let t0 = now_ns();
-        let send = Work::P2p(vec![(
-            c[0].clone(),
-            P2p::Send {
-                peer: 1,
-                seq: 0,
-                bytes: 1_000_000,
-            },
-        )]);
-        let recv = Work::P2p(vec![(c[1].clone(), P2p::Recv { peer: 0, seq: 0 })]);
-        let answer = |w: Work, start_ns| {
-            let mut k = CommKernel {
-                start_ns,
-                ..CommKernel::default()
-            };
-            // SAFETY: a leaked Box<Work> and a CommKernel we own, as the simulated GPU passes.
-            unsafe { run(Box::into_raw(Box::new(w)).cast(), &mut k) };
-            k
-        };
-        let s = answer(send, t0);
-        assert_eq!((s.transfer_start_ns, s.transfer_ns), (t0, 100_000));
-        let r = answer(recv, t0 + 30_000);
+        let s = answer(send(&c, 0, 1, 0, 1_000_000), t0);
+        assert_eq!(
+            (s.transfer_start_ns, s.transfer_ns, s.eager_ns),
+            (t0, 100_000, 0)
+        );
+        let r = answer(recv(&c, 1, 0, 0), t0 + 30_000);
         assert_eq!((r.transfer_start_ns, r.transfer_ns), (t0 + 30_000, 70_000));
+    }
+
+    /// 5 MB at 100 ps/byte: 4 MiB (419.43 µs) fill the buffer, 805 696 bytes (80.57 µs) wait.
+    const BIG: u64 = 5_000_000;
+    const FILL_NS: u64 = 419_430;
+    const REST_NS: u64 = 80_569;
+
+    #[test]
+    fn a_send_larger_than_the_buffer_waits_for_its_receiver_to_move_the_rest() {
+        let c = ranks(2, "big");
+        let t0 = now_ns();
+        let w = send(&c, 0, 1, 0, BIG);
+        let sender = std::thread::spawn(move || answer(w, t0));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(!sender.is_finished(), "the send waits for its receiver");
+        let r0 = t0 + 10_000_000;
+        let r = answer(recv(&c, 1, 0, 0), r0);
+        let s = sender.join().unwrap();
+        assert_eq!(
+            (s.eager_ns, s.transfer_start_ns, s.transfer_ns),
+            (FILL_NS, r0, REST_NS),
+            "the buffer at its start, the rest from its receiver's start"
+        );
+        assert_eq!((r.transfer_start_ns, r.transfer_ns), (r0, REST_NS));
+        // A receiver there first: the send moves it all from its start, and both end together.
+        let c1 = c[1].clone();
+        let receiver = std::thread::spawn(move || {
+            let w = Work::P2p(vec![(c1, P2p::Recv { peer: 0, seq: 1 })]);
+            answer(w, t0)
+        });
+        let s = answer(send(&c, 0, 1, 1, BIG), t0 + 1_000);
+        let r = receiver.join().unwrap();
+        assert_eq!(
+            (s.eager_ns, s.transfer_start_ns, s.transfer_ns),
+            (0, t0 + 1_000, FILL_NS + REST_NS + 1)
+        );
+        assert_eq!(
+            (r.transfer_start_ns, r.transfer_start_ns + r.transfer_ns),
+            (t0 + 1_000, t0 + 1_000 + transfer_ns(BIG))
+        );
+    }
+
+    #[test]
+    fn a_group_fills_its_buffers_at_its_start_and_transfers_again_when_its_receives_come() {
+        let c = ranks(2, "group");
+        let t0 = now_ns();
+        // Rank 0: a group sending 1 MB and receiving what rank 1 sends 5 ms later.
+        let g = Work::P2p(vec![
+            (
+                c[0].clone(),
+                P2p::Send {
+                    peer: 1,
+                    seq: 0,
+                    bytes: 1_000_000,
+                },
+            ),
+            (c[0].clone(), P2p::Recv { peer: 1, seq: 0 }),
+        ]);
+        let group = std::thread::spawn(move || answer(g, t0));
+        let late = t0 + 5_000_000;
+        answer(send(&c, 1, 0, 0, 2_000_000), late);
+        let k = group.join().unwrap();
+        assert_eq!(
+            (k.eager_ns, k.transfer_start_ns, k.transfer_ns),
+            (100_000, late, 200_000),
+            "busy while its send moves, then while its receive's data come"
+        );
+        answer(recv(&c, 1, 0, 0), late);
     }
 
     #[test]
