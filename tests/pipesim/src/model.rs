@@ -8,8 +8,11 @@
 //! * NCCL (the stand-in's cost model, TESTBED.md): sends and receives match in order per
 //!   (communicator, sender, receiver); a kernel posts its sends when it starts and ends when its
 //!   last op does: a send at start + transfer time, a receive at max(start, the matching send's
-//!   start + its transfer time); a collective ends at the latest member's start + the transfer
-//!   of 2(n-1)/n x bytes;
+//!   start + its transfer time); a send larger than NCCL's buffer (`Cost::buffer_bytes`) also
+//!   waits for its receiver's kernel to start, and it and its receive end no earlier than that
+//!   start + the time of the bytes beyond the buffer (so two such sends that wait for each
+//!   other's receivers on the same streams are a deadlock, as in NCCL); a collective ends at the
+//!   latest member's start + the transfer of 2(n-1)/n x bytes;
 //! * a communication kernel is busy for its transfer (the last `transfer` ns before its end) and
 //!   idle while it waits for a peer.
 //!
@@ -19,31 +22,62 @@
 use crate::program::{Action, CollKind, EventId, JobPlan, Origin, Program, Tensor, COMPUTE};
 use std::collections::HashMap;
 
+/// The stand-in NCCL's default buffer per channel: 0, every send eager (NCCL_BUFFSIZE's 4 MiB is
+/// `FREERIDE_SIM_NCCL_BUFFER_BYTES=4194304`; TESTBED.md says which jobs complete with it).
+pub const DEFAULT_BUFFER_BYTES: u64 = 0;
+
 /// The NCCL cost model: transfer time = `base_ns` + bytes x `ps_per_byte` / 1000.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Cost {
     pub base_ns: u64,
     pub ps_per_byte: u64,
+    /// Bytes a send moves before its receiver's kernel has started (0: any size).
+    pub buffer_bytes: u64,
 }
 
 impl Cost {
-    /// The cost the simulated GPU uses (`FREERIDE_SIM_NCCL_BASE_NS`, `..._PS_PER_BYTE`).
+    /// The cost the simulated GPU uses (`FREERIDE_SIM_NCCL_BASE_NS`, `..._PS_PER_BYTE`,
+    /// `..._BUFFER_BYTES`, the stand-in NCCL's defaults where unset).
     pub fn from_env() -> Cost {
-        let base_ns = std::env::var("FREERIDE_SIM_NCCL_BASE_NS")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0);
+        let var = |name: &str| -> Option<u64> {
+            std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+        };
         Cost {
-            base_ns,
+            base_ns: var("FREERIDE_SIM_NCCL_BASE_NS").unwrap_or(0),
             ps_per_byte: crate::config::JobConfig::ps_per_byte(),
+            buffer_bytes: var("FREERIDE_SIM_NCCL_BUFFER_BYTES").unwrap_or(DEFAULT_BUFFER_BYTES),
         }
     }
 
-    /// Zero latency: what the reference tables assume.
+    /// Zero latency, every send eager: what the reference tables assume.
     pub const FREE: Cost = Cost {
         base_ns: 0,
         ps_per_byte: 0,
+        buffer_bytes: 0,
     };
+
+    /// Bytes of a send of `bytes` that wait for its receiver (0: it fits in the buffer).
+    fn beyond_buffer(&self, bytes: u64) -> u64 {
+        match self.buffer_bytes {
+            0 => 0,
+            b => bytes.saturating_sub(b),
+        }
+    }
+
+    /// Time of `bytes` alone, without the base latency.
+    fn bytes_ns(&self, bytes: u64) -> u64 {
+        (bytes as u128 * self.ps_per_byte as u128 / 1000) as u64
+    }
+
+    /// When a message of `bytes` sent at `sent` is all there, for a receiver that started at
+    /// `recv_start` (the stand-in NCCL's `arrival_end`).
+    fn arrival_end(&self, sent: u64, bytes: u64, recv_start: u64) -> u64 {
+        let whole = sent + self.transfer(bytes);
+        match self.beyond_buffer(bytes) {
+            0 => whole,
+            rest => whole.max(recv_start + self.bytes_ns(rest)),
+        }
+    }
 
     fn transfer(&self, bytes: u64) -> u64 {
         if self.ps_per_byte == 0 && self.base_ns == 0 {
@@ -159,6 +193,8 @@ struct World<'a> {
     next_coll: HashMap<(usize, u32), u64>,
     /// Posted sends: (start, bytes) by sequence number.
     posted: HashMap<Channel, Vec<Option<(u64, u64)>>>,
+    /// Receive kernels' starts by sequence number (what a send beyond the buffer waits for).
+    receiving: HashMap<Channel, Vec<Option<u64>>>,
     /// What each send and receive carries, by sequence number, and where it was posted.
     sent: HashMap<Channel, Vec<(Tensor, String)>>,
     received: HashMap<Channel, Vec<(Tensor, String)>>,
@@ -190,6 +226,7 @@ impl<'a> World<'a> {
             next_recv: HashMap::new(),
             next_coll: HashMap::new(),
             posted: HashMap::new(),
+            receiving: HashMap::new(),
             sent: HashMap::new(),
             received: HashMap::new(),
             coll: HashMap::new(),
@@ -318,6 +355,7 @@ impl<'a> World<'a> {
                 break;
             };
             let start = st.started.unwrap_or(st.t.max(op.enq));
+            let was_waiting = st.started.is_some();
             let end = match &op.kind {
                 QKind::Kernel(ns) => {
                     let end = start + ns;
@@ -349,7 +387,12 @@ impl<'a> World<'a> {
                     st.started = None;
                     progressed = true;
                 }
-                None => break,
+                None => {
+                    // A kernel that started and waits has still told its peers it is there
+                    // (a receive that a send beyond the buffer waits for).
+                    progressed |= was_waiting != st.started.is_some();
+                    break;
+                }
             }
         }
         progressed
@@ -367,29 +410,54 @@ impl<'a> World<'a> {
         let me = r as u32;
         if self.streams[r][s].started.is_none() {
             for &(peer, seq, bytes) in sends {
-                let slots = self.posted.entry((comm, me, peer)).or_default();
-                if slots.len() <= seq as usize {
-                    slots.resize(seq as usize + 1, None);
-                }
-                slots[seq as usize] = Some((start, bytes));
+                put(
+                    self.posted.entry((comm, me, peer)).or_default(),
+                    seq,
+                    (start, bytes),
+                );
+            }
+            for &(peer, seq, _) in recvs {
+                put(
+                    self.receiving.entry((comm, peer, me)).or_default(),
+                    seq,
+                    start,
+                );
             }
             self.streams[r][s].started = Some(start);
         }
+        let cost = self.cost;
         let mut end = start;
         let mut longest = 0;
-        for &(_, _, bytes) in sends {
-            let t = self.cost.transfer(bytes);
-            end = end.max(start + t);
-            longest = longest.max(t);
+        for &(peer, seq, bytes) in sends {
+            let t = cost.transfer(bytes);
+            let rest = cost.beyond_buffer(bytes);
+            if rest == 0 {
+                end = end.max(start + t);
+                longest = longest.max(t);
+                continue;
+            }
+            let got = self
+                .receiving
+                .get(&(comm, me, peer))
+                .and_then(|v| v.get(seq as usize).copied().flatten())?;
+            end = end.max(cost.arrival_end(start, bytes, got));
+            longest = longest.max(cost.bytes_ns(rest));
+            // The eager part: busy from the kernel's start, filling the buffer.
+            let eager = t.saturating_sub(cost.bytes_ns(rest));
+            if eager > 0 {
+                self.transfers[r].push((start, start + eager));
+            }
         }
         for &(peer, seq, _) in recvs {
             let (sent_at, bytes) = self
                 .posted
                 .get(&(comm, peer, me))
                 .and_then(|v| v.get(seq as usize).copied().flatten())?;
-            let t = self.cost.transfer(bytes);
-            end = end.max(sent_at + t);
-            longest = longest.max(t);
+            end = end.max(cost.arrival_end(sent_at, bytes, start));
+            longest = longest.max(match cost.beyond_buffer(bytes) {
+                0 => cost.transfer(bytes),
+                rest => cost.bytes_ns(rest),
+            });
         }
         if longest > 0 {
             self.transfers[r].push((end.saturating_sub(longest).max(start), end));
@@ -488,6 +556,14 @@ impl<'a> World<'a> {
         }
         w
     }
+}
+
+/// Sets `v[i]`, growing `v` as needed.
+fn put<T: Copy>(v: &mut Vec<Option<T>>, i: u64, x: T) {
+    if v.len() <= i as usize {
+        v.resize(i as usize + 1, None);
+    }
+    v[i as usize] = Some(x);
 }
 
 fn bump<K: std::hash::Hash + Eq>(m: &mut HashMap<K, u64>, k: K) -> u64 {

@@ -2,16 +2,23 @@
 //! * `batched` (Megatron, non-interleaved): before each op one NCCL group with the previous op's
 //!   sends and this op's receives on the pipeline stream, then `cudaDeviceSynchronize` (the host
 //!   blocks until the transfer is done);
-//! * `blocking` (DeepSpeed): each receive alone on its peer pair's stream, the host waiting for
-//!   it (`cudaStreamSynchronize`); each send alone after the op;
-//! * `torch` (`torch.distributed.pipelining`'s single-stage schedules): each receive a one-op
-//!   group on the peer pair's stream posted just before the op that consumes it, the compute
-//!   stream waiting for it (`cudaStreamWaitEvent`); each send a one-op group after its op; the
+//! * `blocking` (DeepSpeed): before each op, peer by peer, the previous op's sends and this op's
+//!   receives, each alone on the peer pair's stream in the pair's order (below), the host
+//!   waiting for the receives (`cudaStreamSynchronize`), as DeepSpeed's steps do;
+//! * `torch` (`torch.distributed.pipelining`'s single-stage schedules): before each op, peer by
+//!   peer, one group of the previous op's sends and this op's receives on the peer pair's stream
+//!   (`_sorted_batch_p2p`), the compute stream waiting for it (`cudaStreamWaitEvent`); the
 //!   compute stream waits for the sends at the iteration's end;
 //! * `overlapped` (Megatron's interleaved schedule with `overlap_p2p_comm`): separate
 //!   `ncclSend`/`ncclRecv` (no group) on the peer pair's stream; after each op its sends and the
 //!   receives of the next op of the same kind (forward or backward), which then overlap the ops
 //!   in between; the compute stream waits for a receive just before the op that needs it.
+//!
+//! Ungrouped ops with one peer go in the pair's order: first the transfer from the stage whose
+//! next stage the other is (lower to higher, the last stage to the first of an interleaved
+//! ring), then the other way, as Megatron's `_p2p_ops` orders them by rank parity. Both sides
+//! then meet each other's sends in the same order, which NCCL needs once a send is larger than
+//! its buffer and waits for its receiver.
 //!
 //! Every op on the pipeline streams first waits for the compute queued before it (PyTorch's
 //! ProcessGroupNCCL makes its stream wait for the current stream).
@@ -81,23 +88,87 @@ impl Builder<'_> {
         Ok(())
     }
 
-    /// Posts an op's receives (one NCCL call each); returns their events.
-    fn post_recvs(&mut self, op: &Op, grouped: bool) -> Result<Vec<EventId>, String> {
+    /// Whether a transfer from pipeline rank `from` to `to` goes first in their pair's order
+    /// (see the module docs).
+    fn goes_first(&self, from: u32, to: u32) -> bool {
+        let p = self.topo.pp;
+        if p > 2 && (from == p - 1 && to == 0 || from == 0 && to == p - 1) {
+            return from == p - 1;
+        }
+        from < to
+    }
+
+    /// `sends` and `recvs` as NCCL ops, peer by peer (in peer order), each peer's in the pair's
+    /// order.
+    fn by_peer(&self, sends: &[Transfer], recvs: &[Transfer]) -> Vec<Vec<P2pOp>> {
+        let me = self.topo.coords(self.rank).pp;
+        let mut all: Vec<(u32, bool, P2pOp)> = vec![];
+        for t in sends {
+            all.push((t.peer, !self.goes_first(me, t.peer), self.p2p_op(t, true)));
+        }
+        for t in recvs {
+            all.push((t.peer, !self.goes_first(t.peer, me), self.p2p_op(t, false)));
+        }
+        // Stable: a peer's transfers of one direction keep the schedule's order.
+        all.sort_by_key(|&(peer, later, _)| (peer, later));
+        let mut out: Vec<Vec<P2pOp>> = vec![];
+        let mut last = None;
+        for (peer, _, op) in all {
+            if last != Some(peer) {
+                out.push(vec![]);
+                last = Some(peer);
+            }
+            out.last_mut().expect("pushed above").push(op);
+        }
+        out
+    }
+
+    /// One exchange of the `blocking` and `torch` styles (module docs); returns the events the
+    /// compute stream waits for.
+    fn exchange(&mut self, sends: &[Transfer], recvs: &[Transfer]) -> Result<Vec<EventId>, String> {
         let mut evs = vec![];
-        for t in &op.recvs {
-            let o = self.p2p_op(t, false);
-            evs.push(self.pair_p2p(vec![o], grouped)?);
+        for ops in self.by_peer(sends, recvs) {
+            let receives = ops.iter().any(|o| !o.send);
+            let peer = ops[0].peer;
+            let (stream, _) = self.p2p_link(peer)?;
+            if self.cfg.style == Style::Torch {
+                let e = self.pair_p2p(ops, true)?;
+                if receives {
+                    evs.push(e);
+                } else {
+                    self.pending.push(e);
+                }
+                continue;
+            }
+            self.pair_p2p(ops, false)?;
+            if receives {
+                self.push(Action::SyncStream(stream));
+                self.hop(stream, COMPUTE);
+            }
         }
         Ok(evs)
     }
 
-    fn post_sends(&mut self, op: &Op, grouped: bool) -> Result<(), String> {
-        for t in &op.sends {
-            let o = self.p2p_op(t, true);
-            let e = self.pair_p2p(vec![o], grouped)?;
-            self.pending.push(e);
+    /// The overlapped style's ungrouped sends (`sends`) and receives (`recvs`), peer by peer in
+    /// the pair's order; returns the receives' events.
+    fn post_ungrouped(
+        &mut self,
+        sends: &[Transfer],
+        recvs: &[Transfer],
+    ) -> Result<Vec<EventId>, String> {
+        let mut evs = vec![];
+        for ops in self.by_peer(sends, recvs) {
+            for o in ops {
+                let send = o.send;
+                let e = self.pair_p2p(vec![o], false)?;
+                if send {
+                    self.pending.push(e);
+                } else {
+                    evs.push(e);
+                }
+            }
         }
-        Ok(())
+        Ok(evs)
     }
 
     /// The op's compute.
@@ -183,32 +254,21 @@ pub(super) fn lower(b: &mut Builder) -> Result<(), String> {
             }
             b.batched_group(pending, &[])?;
         }
-        Style::Blocking => {
+        Style::Blocking | Style::Torch => {
+            // Each op's sends go out with the next op's receives, peer by peer (DeepSpeed's
+            // steps send the last step's output beside this step's receive; torch's 1F1B
+            // batches them), so that a send too large for NCCL's buffer meets its receive.
+            let none: &[Transfer] = &[];
+            let mut sends = none;
             for (i, op) in ops.iter().enumerate() {
                 b.origin = origin(op);
-                for t in &op.recvs {
-                    let o = b.p2p_op(t, false);
-                    let stream = b.stream(StreamRole::Peer(o.peer))?;
-                    b.pair_p2p(vec![o], false)?;
-                    b.push(Action::SyncStream(stream));
-                    b.hop(stream, COMPUTE);
-                }
-                b.op_compute(op, last.contains(&i))?;
-                for t in &op.sends {
-                    let o = b.p2p_op(t, true);
-                    b.pair_p2p(vec![o], false)?;
-                }
-            }
-        }
-        Style::Torch => {
-            for (i, op) in ops.iter().enumerate() {
-                b.origin = origin(op);
-                for e in b.post_recvs(op, true)? {
+                for e in b.exchange(sends, &op.recvs)? {
                     b.wait(COMPUTE, e);
                 }
                 b.op_compute(op, last.contains(&i))?;
-                b.post_sends(op, true)?;
+                sends = &op.sends;
             }
+            b.exchange(sends, none)?;
         }
         Style::Overlapped => {
             // Megatron: the first forward's receive up front; after each op, its sends and
@@ -219,23 +279,27 @@ pub(super) fn lower(b: &mut Builder) -> Result<(), String> {
                 |i: usize, kind: OpKind| (i..ops.len()).find(|&j| ops[j].kind == kind);
             if let Some(j) = next_of_kind(0, OpKind::F) {
                 b.origin = origin(&ops[j]);
-                waiting[j] = Some(b.post_recvs(&ops[j], false)?);
+                waiting[j] = Some(b.post_ungrouped(&[], &ops[j].recvs)?);
             }
             for (i, op) in ops.iter().enumerate() {
                 b.origin = origin(op);
                 let evs = match waiting[i].take() {
                     Some(e) => e,
-                    None => b.post_recvs(op, false)?,
+                    None => b.post_ungrouped(&[], &op.recvs)?,
                 };
                 for e in evs {
                     b.wait(COMPUTE, e);
                 }
                 b.op_compute(op, last.contains(&i))?;
-                b.post_sends(op, false)?;
-                if let Some(j) = next_of_kind(i + 1, op.kind) {
-                    if waiting[j].is_none() {
-                        b.origin = origin(&ops[j]);
-                        waiting[j] = Some(b.post_recvs(&ops[j], false)?);
+                // Megatron's send_forward_recv_forward (or _backward): this op's sends and the
+                // next receives in one call, in the pair's order.
+                match next_of_kind(i + 1, op.kind).filter(|&j| waiting[j].is_none()) {
+                    Some(j) => {
+                        let evs = b.post_ungrouped(&op.sends, &ops[j].recvs)?;
+                        waiting[j] = Some(evs);
+                    }
+                    None => {
+                        b.post_ungrouped(&op.sends, &[])?;
                     }
                 }
             }
