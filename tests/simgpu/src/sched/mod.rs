@@ -472,15 +472,18 @@ impl Sched {
         if e.state != ACTIVE || e.kind != COMM_WAIT {
             return;
         }
-        let (eager_end, carried) = match eager_ns {
-            0 => (0, 0.0),
+        // The eager part ran from the kernel's start: settled from the residency history up
+        // to the clock; what is left of it (the clock has not gone that far yet, or the process
+        // was not resident) runs from the clock on, as if the process stays resident.
+        let eager_end = match eager_ns {
+            0 => 0,
             n => match self.settle_past(e.slot, e.start_ns, clock, n as f64) {
-                Ok(end) => (end, 0.0),
-                Err(left) => (0, left),
+                Ok(end) => end,
+                Err(left) => clock.max(e.start_ns) + left.max(0.0).ceil() as u64,
             },
         };
         let p = start_ns.max(e.start_ns).max(eager_end);
-        let work = transfer_ns as f64 + carried;
+        let work = transfer_ns as f64;
         let settled = if p < clock {
             self.settle_past(e.slot, p, clock, work)
         } else {

@@ -164,6 +164,17 @@ fn a_send_that_filled_its_buffer_transfers_at_its_start_and_again_from_its_recei
         (d.eager_end_ns, d.transfer_start_ns, d.end_ns),
         (Some(5_400 * US), 5_400 * US, 5_500 * US)
     );
+    // Reported while the clock is still inside the buffer's fill (its peer posted early in real
+    // time): the fill ends where it would have, and the rest still moves from its receiver's start.
+    let r = s.submit(&comm(0, 1, 10 * MS)).unwrap();
+    s.advance(10 * MS + 100 * US);
+    s.report_transfer(r, 13 * MS, 100 * US, 400 * US);
+    s.advance(15 * MS);
+    let d = s.take_done(r).unwrap();
+    assert_eq!(
+        (d.eager_end_ns, d.transfer_start_ns, d.end_ns),
+        (Some(10_400 * US), 13 * MS, 13_100 * US)
+    );
 }
 
 #[test]
