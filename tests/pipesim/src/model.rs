@@ -432,8 +432,12 @@ impl<'a> World<'a> {
             let t = cost.transfer(bytes);
             let rest = cost.beyond_buffer(bytes);
             if rest == 0 {
+                // Busy from the kernel's start while it moves the data (in a group too).
                 end = end.max(start + t);
                 longest = longest.max(t);
+                if t > 0 {
+                    self.transfers[r].push((start, start + t));
+                }
                 continue;
             }
             let got = self
