@@ -34,8 +34,9 @@ pub enum Style {
     /// only at the iteration's end.
     Torch,
     /// Megatron's interleaved schedule with `overlap_p2p_comm`: separate `ncclSend`/`ncclRecv` on
-    /// the peer pair's stream, each receive posted one compute op before the op that needs it
-    /// and waited on by the compute stream; the host blocks only at the iteration's end.
+    /// the peer pair's stream; in the steady state each forward's and backward's receives are
+    /// posted one step ahead and waited on by the compute stream (`lower::interleaved`); the host
+    /// blocks only at the iteration's end.
     Overlapped,
 }
 

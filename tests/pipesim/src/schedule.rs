@@ -353,27 +353,38 @@ impl Shape {
         ops
     }
 
+    /// Model chunk of the interleaved schedule's virtual micro-batch `k` (its `k`-th forward or
+    /// backward; Megatron's `get_model_chunk_id`, micro-batch groups of `p` per chunk).
+    pub fn interleaved_chunk(&self, k: u32, forward: bool) -> u32 {
+        let (p, v) = (self.stages, self.chunks);
+        let c = (k % (p * v)) / p;
+        if forward {
+            c
+        } else {
+            v - 1 - c
+        }
+    }
+
+    /// Forwards rank `r` runs before its first backward in the interleaved schedule (all of them
+    /// when `m == p`).
+    pub fn interleaved_warmup(&self, r: u32) -> u32 {
+        let (p, m, v) = (self.stages, self.microbatches, self.chunks);
+        let total = m * v;
+        if m == p {
+            total
+        } else {
+            ((p - r - 1) * 2 + (v - 1) * p).min(total)
+        }
+    }
+
     /// Megatron-LM's interleaved schedule (forward_backward_pipelining_with_interleaving).
     fn interleaved(&self, r: u32) -> Vec<Op> {
         let (p, m, v) = (self.stages, self.microbatches, self.chunks);
         let total = m * v;
-        let group = p * v;
-        let chunk_of = |k: u32, forward: bool| {
-            let c = (k % group) / p;
-            if forward {
-                c
-            } else {
-                v - 1 - c
-            }
-        };
-        let mb_of = |k: u32| (k / group) * p + k % p;
-        let warm = if m == p {
-            total
-        } else {
-            ((p - r - 1) * 2 + (v - 1) * p).min(total)
-        };
-        let fwd = |k: u32| self.op(r, OpKind::F, mb_of(k), chunk_of(k, true));
-        let bwd = |k: u32| self.op(r, OpKind::B, mb_of(k), chunk_of(k, false));
+        let mb_of = |k: u32| (k / (p * v)) * p + k % p;
+        let warm = self.interleaved_warmup(r);
+        let fwd = |k: u32| self.op(r, OpKind::F, mb_of(k), self.interleaved_chunk(k, true));
+        let bwd = |k: u32| self.op(r, OpKind::B, mb_of(k), self.interleaved_chunk(k, false));
         let mut ops: Vec<Op> = (0..warm).map(fwd).collect();
         for k in 0..total - warm {
             ops.push(fwd(k + warm));

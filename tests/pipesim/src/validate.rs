@@ -107,9 +107,9 @@ mod tests {
     }
 
     /// Every reference CSV with receives posted early completes when every send is larger than
-    /// NCCL's buffer and waits for its receiver. (With deferred receives none does yet: a send
-    /// waits on its pair's stream for a receive that the peer posts after its own send on that
-    /// stream; TESTBED.md, "NCCL".)
+    /// NCCL's buffer and waits for its receiver. (With deferred receives none does, on per-pair
+    /// or shared streams: two ranks each send to the other before posting the other's receive on
+    /// the same stream, a deadlock in NCCL too; TESTBED.md, "NCCL".)
     #[test]
     fn every_torch_schedule_completes_with_sends_beyond_the_buffer() {
         let index: serde_json::Value =
@@ -254,14 +254,14 @@ mod builtin_tests {
         ]
     }
 
-    /// The frameworks' own pairings of schedule and style complete when every send is larger
-    /// than NCCL's buffer and so waits for its receiver (each side's sends meet the other's
-    /// receives in the same order, as the frameworks arrange), and take no less time than with
-    /// eager sends: Megatron's batched groups (non-interleaved), DeepSpeed's blocking 1F1B (and
-    /// GPipe), torch's single-stage schedules. The interleaved schedule in every style and ZB-H1
-    /// in the blocking style do not yet (TESTBED.md, "NCCL").
+    /// Every built-in schedule in every style completes when every send is larger than NCCL's
+    /// buffer and so waits for its receiver (each side's sends meet the other's receives in the
+    /// same order, as the frameworks arrange), and takes no less time than with eager sends:
+    /// Megatron's batched groups, its interleaved schedule with and without `overlap_p2p_comm`
+    /// (its own calls, `lower::interleaved`), DeepSpeed's blocking steps, torch's single-stage
+    /// schedules.
     #[test]
-    fn framework_schedules_complete_with_sends_beyond_the_buffer() {
+    fn builtin_schedules_complete_with_sends_beyond_the_buffer() {
         let eager = Cost {
             base_ns: 0,
             ps_per_byte: 100,
@@ -271,18 +271,25 @@ mod builtin_tests {
             buffer_bytes: 1 << 20,
             ..eager
         };
-        let pairs = [
-            ("batched", &["gpipe", "1f1b", "zbh1"][..]),
-            ("blocking", &["gpipe", "1f1b"][..]),
-            ("torch", &["gpipe", "1f1b", "zbh1"][..]),
-        ];
-        for (style, scheds) in pairs {
-            for sched in scheds {
+        let mut runs = 0;
+        for style in ["batched", "blocking", "torch", "overlapped"] {
+            for sched in ["gpipe", "1f1b", "zbh1", "interleaved"] {
+                if style == "overlapped" && sched != "interleaved" {
+                    continue;
+                }
                 for p in [2u32, 3, 4, 8] {
-                    for m in [p, 2 * p, 8] {
-                        let (ps, ms) = (p.to_string(), m.to_string());
+                    let shapes = if sched == "interleaved" {
+                        [(p, 2), (2 * p, 2), (3 * p, 3)]
+                    } else {
+                        [(p, 1), (2 * p, 1), (8, 1)]
+                    };
+                    for (m, v) in shapes {
+                        let (ps, ms, vs) = (p.to_string(), m.to_string(), v.to_string());
                         let mut args = schedule_args(sched, &ps, &ms, style);
                         args.extend(["--comm", "2"]);
+                        if v > 1 {
+                            args.extend(["--chunks", &vs]);
+                        }
                         let what = format!("{args:?}");
                         let cfg = job(&args).unwrap_or_else(|e| panic!("{what}: {e}"));
                         let plan = lower::plan_job(&cfg).unwrap();
@@ -291,10 +298,12 @@ mod builtin_tests {
                             .unwrap_or_else(|e| panic!("{what}: {e}"));
                         let fast = model::run(&plan, &progs, eager).unwrap();
                         assert!(slow.makespan_ns >= fast.makespan_ns, "{what}");
+                        runs += 1;
                     }
                 }
             }
         }
+        assert_eq!(runs, 3 * 3 * 4 * 3 + 4 * 4 * 3);
     }
 
     /// Every built-in schedule in every style has the op-level model's makespan and idle.

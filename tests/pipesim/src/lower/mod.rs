@@ -9,6 +9,7 @@
 mod compute;
 mod csv;
 mod finish;
+mod interleaved;
 mod pipeline;
 
 use crate::config::{JobConfig, Style};

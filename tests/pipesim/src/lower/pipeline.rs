@@ -1,18 +1,18 @@
-//! A built-in schedule's ops (`crate::schedule`) in one of the communication styles:
+//! A built-in schedule's ops (`crate::schedule`) in one of the communication styles (the
+//! interleaved schedule in every style: module `interleaved`, with Megatron's own calls):
 //! * `batched` (Megatron, non-interleaved): before each op one NCCL group with the previous op's
 //!   sends and this op's receives on the pipeline stream, then `cudaDeviceSynchronize` (the host
 //!   blocks until the transfer is done);
 //! * `blocking` (DeepSpeed): before each op, peer by peer, the previous op's sends and this op's
 //!   receives, each alone on the peer pair's stream in the pair's order (below), the host
-//!   waiting for the receives (`cudaStreamSynchronize`), as DeepSpeed's steps do;
+//!   waiting for the receives (`cudaStreamSynchronize`), as DeepSpeed's steps do; sends followed
+//!   by ops without transfers (ZB-H1's W) go out at once with the receives of the op after them;
 //! * `torch` (`torch.distributed.pipelining`'s single-stage schedules): before each op, peer by
 //!   peer, one group of the previous op's sends and this op's receives on the peer pair's stream
 //!   (`_sorted_batch_p2p`), the compute stream waiting for it (`cudaStreamWaitEvent`); the
 //!   compute stream waits for the sends at the iteration's end;
-//! * `overlapped` (Megatron's interleaved schedule with `overlap_p2p_comm`): separate
-//!   `ncclSend`/`ncclRecv` (no group) on the peer pair's stream; after each op its sends and the
-//!   receives of the next op of the same kind (forward or backward), which then overlap the ops
-//!   in between; the compute stream waits for a receive just before the op that needs it.
+//! * `overlapped` (Megatron's interleaved schedule with `overlap_p2p_comm`): module
+//!   `interleaved`.
 //!
 //! Ungrouped ops with one peer go in the pair's order: first the transfer from the stage whose
 //! next stage the other is (lower to higher, the last stage to the first of an interleaved
@@ -26,7 +26,7 @@ use super::compute::{Pass, Work};
 use super::{pipeline_name, Builder};
 use crate::config::Style;
 use crate::program::{Action, EventId, Origin, P2pOp, StreamRole, Tensor, COMPUTE};
-use crate::schedule::{Op, OpKind, Payload, PhaseName, Transfer};
+use crate::schedule::{Op, OpKind, Payload, PhaseName, Schedule, Transfer};
 
 impl Builder<'_> {
     /// Global rank of pipeline rank `pp` in this rank's pipeline.
@@ -35,7 +35,7 @@ impl Builder<'_> {
     }
 
     /// A transfer as an NCCL op of this rank.
-    fn p2p_op(&self, t: &Transfer, send: bool) -> P2pOp {
+    pub(super) fn p2p_op(&self, t: &Transfer, send: bool) -> P2pOp {
         let scale = self.cfg.noise.seq_scale(self.it, t.mb);
         P2pOp {
             send,
@@ -123,10 +123,16 @@ impl Builder<'_> {
         out
     }
 
-    /// One exchange of the `blocking` and `torch` styles (module docs); returns the events the
-    /// compute stream waits for.
-    fn exchange(&mut self, sends: &[Transfer], recvs: &[Transfer]) -> Result<Vec<EventId>, String> {
-        let mut evs = vec![];
+    /// One exchange of the `blocking` and `torch` styles (module docs); returns what the compute
+    /// stream still waits for before the op that needs the receives. `defer`: the blocking
+    /// style's host waits for the receives only then too, not peer by peer at once.
+    fn exchange(
+        &mut self,
+        sends: &[Transfer],
+        recvs: &[Transfer],
+        defer: bool,
+    ) -> Result<Vec<Arrival>, String> {
+        let mut out = vec![];
         for ops in self.by_peer(sends, recvs) {
             let receives = ops.iter().any(|o| !o.send);
             let peer = ops[0].peer;
@@ -134,7 +140,7 @@ impl Builder<'_> {
             if self.cfg.style == Style::Torch {
                 let e = self.pair_p2p(ops, true)?;
                 if receives {
-                    evs.push(e);
+                    out.push(Arrival::Event(e));
                 } else {
                     self.pending.push(e);
                 }
@@ -142,37 +148,69 @@ impl Builder<'_> {
             }
             self.pair_p2p(ops, false)?;
             if receives {
+                if defer {
+                    out.push(Arrival::Stream(stream));
+                } else {
+                    self.arrive(Arrival::Stream(stream));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The compute stream (and for a stream, the host) waits for `a`.
+    fn arrive(&mut self, a: Arrival) {
+        match a {
+            Arrival::Event(e) => self.wait(COMPUTE, e),
+            Arrival::Stream(stream) => {
                 self.push(Action::SyncStream(stream));
                 self.hop(stream, COMPUTE);
             }
         }
-        Ok(evs)
     }
 
-    /// The overlapped style's ungrouped sends (`sends`) and receives (`recvs`), peer by peer in
-    /// the pair's order; returns the receives' events.
-    fn post_ungrouped(
+    /// `sends` and `recvs` as one call of a style that waits for its receives before the next
+    /// op: a group and a device synchronize (`batched`), or an exchange whose receives the
+    /// compute stream waits for.
+    pub(super) fn send_and_receive(
         &mut self,
         sends: &[Transfer],
         recvs: &[Transfer],
-    ) -> Result<Vec<EventId>, String> {
-        let mut evs = vec![];
+    ) -> Result<(), String> {
+        if self.cfg.style == Style::Batched {
+            return self.batched_group(sends, recvs);
+        }
+        for a in self.exchange(sends, recvs, false)? {
+            self.arrive(a);
+        }
+        Ok(())
+    }
+
+    /// The overlapped style's ungrouped sends (`sends`) and receives (`recvs`), peer by peer in
+    /// the pair's order, each with the event recorded after it (the compute stream waits for
+    /// the sends at the iteration's end).
+    pub(super) fn post_ungrouped(
+        &mut self,
+        sends: &[Transfer],
+        recvs: &[Transfer],
+    ) -> Result<Posted, String> {
+        let mut posted = Posted::default();
         for ops in self.by_peer(sends, recvs) {
             for o in ops {
-                let send = o.send;
                 let e = self.pair_p2p(vec![o], false)?;
-                if send {
+                if o.send {
                     self.pending.push(e);
+                    posted.sends.push(e);
                 } else {
-                    evs.push(e);
+                    posted.recvs.push((o.tensor, e));
                 }
             }
         }
-        Ok(evs)
+        Ok(posted)
     }
 
     /// The op's compute.
-    fn op_compute(&mut self, op: &Op, last_grads: bool) -> Result<(), String> {
+    pub(super) fn op_compute(&mut self, op: &Op, last_grads: bool) -> Result<(), String> {
         let sum = |name: PhaseName| -> u64 {
             op.phases
                 .iter()
@@ -228,7 +266,23 @@ fn last_grad_ops(ops: &[Op]) -> Vec<usize> {
     out
 }
 
-fn origin(op: &Op) -> Origin {
+/// What the compute stream waits for before an op that needs a receive.
+enum Arrival {
+    /// The event recorded after a group (torch).
+    Event(EventId),
+    /// Everything on a peer pair's stream, the host waiting for it first (blocking).
+    Stream(crate::program::StreamId),
+}
+
+/// The events of ungrouped sends and receives just queued.
+#[derive(Default)]
+pub(super) struct Posted {
+    pub sends: Vec<EventId>,
+    /// Each receive's tensor and event.
+    pub recvs: Vec<(Tensor, EventId)>,
+}
+
+pub(super) fn origin(op: &Op) -> Origin {
     let what = match op.kind {
         OpKind::F => "forward",
         OpKind::B => "backward",
@@ -243,6 +297,9 @@ pub(super) fn lower(b: &mut Builder) -> Result<(), String> {
     let pp = b.topo.coords(b.rank).pp as usize;
     let ops = &plan.ranks[pp];
     let last = last_grad_ops(ops);
+    if plan.shape.schedule == Schedule::Interleaved {
+        return super::interleaved::lower(b, ops, &last);
+    }
     match b.cfg.style {
         Style::Batched => {
             let mut pending: &[Transfer] = &[];
@@ -258,51 +315,41 @@ pub(super) fn lower(b: &mut Builder) -> Result<(), String> {
             // Each op's sends go out with the next op's receives, peer by peer (DeepSpeed's
             // steps send the last step's output beside this step's receive; torch's 1F1B
             // batches them), so that a send too large for NCCL's buffer meets its receive.
+            // In the blocking style the sends of an op followed by ops without transfers (ZB-H1's
+            // W passes) go out with the receives of the op after those, before them, the host
+            // waiting for the receives only before that op: alone, a gradient sent upstream
+            // would meet the activation that stage sends it first.
             let none: &[Transfer] = &[];
             let mut sends = none;
+            let mut early: Option<(usize, Vec<Arrival>)> = None;
             for (i, op) in ops.iter().enumerate() {
                 b.origin = origin(op);
-                for e in b.exchange(sends, &op.recvs)? {
-                    b.wait(COMPUTE, e);
+                let arrivals = match early.take() {
+                    Some((j, a)) if j == i => a,
+                    other => {
+                        early = other;
+                        b.exchange(sends, &op.recvs, false)?
+                    }
+                };
+                for a in arrivals {
+                    b.arrive(a);
                 }
                 b.op_compute(op, last.contains(&i))?;
                 sends = &op.sends;
+                if b.cfg.style == Style::Blocking && !sends.is_empty() {
+                    let quiet = |o: &Op| o.recvs.is_empty() && o.sends.is_empty();
+                    let next = (i + 1..ops.len()).find(|&j| !quiet(&ops[j]));
+                    if let Some(j) = next.filter(|&j| j > i + 1 && !ops[j].recvs.is_empty()) {
+                        b.origin = origin(&ops[j]);
+                        early = Some((j, b.exchange(sends, &ops[j].recvs, true)?));
+                        sends = none;
+                    }
+                }
             }
-            b.exchange(sends, none)?;
+            b.exchange(sends, none, false)?;
         }
         Style::Overlapped => {
-            // Megatron: the first forward's receive up front; after each op, its sends and
-            // the receives of the next op of the same kind (forward or backward), which then
-            // overlap the ops in between.
-            let mut waiting: Vec<Option<Vec<EventId>>> = vec![None; ops.len()];
-            let next_of_kind =
-                |i: usize, kind: OpKind| (i..ops.len()).find(|&j| ops[j].kind == kind);
-            if let Some(j) = next_of_kind(0, OpKind::F) {
-                b.origin = origin(&ops[j]);
-                waiting[j] = Some(b.post_ungrouped(&[], &ops[j].recvs)?);
-            }
-            for (i, op) in ops.iter().enumerate() {
-                b.origin = origin(op);
-                let evs = match waiting[i].take() {
-                    Some(e) => e,
-                    None => b.post_ungrouped(&[], &op.recvs)?,
-                };
-                for e in evs {
-                    b.wait(COMPUTE, e);
-                }
-                b.op_compute(op, last.contains(&i))?;
-                // Megatron's send_forward_recv_forward (or _backward): this op's sends and the
-                // next receives in one call, in the pair's order.
-                match next_of_kind(i + 1, op.kind).filter(|&j| waiting[j].is_none()) {
-                    Some(j) => {
-                        let evs = b.post_ungrouped(&op.sends, &ops[j].recvs)?;
-                        waiting[j] = Some(evs);
-                    }
-                    None => {
-                        b.post_ungrouped(&op.sends, &[])?;
-                    }
-                }
-            }
+            return Err("the overlapped style is Megatron's interleaved schedule's".into())
         }
     }
     Ok(())
