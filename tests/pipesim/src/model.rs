@@ -22,9 +22,9 @@
 use crate::program::{Action, CollKind, EventId, JobPlan, Origin, Program, Tensor, COMPUTE};
 use std::collections::HashMap;
 
-/// The stand-in NCCL's default buffer per channel: 0, every send eager (NCCL_BUFFSIZE's 4 MiB is
-/// `FREERIDE_SIM_NCCL_BUFFER_BYTES=4194304`; TESTBED.md says which jobs complete with it).
-pub const DEFAULT_BUFFER_BYTES: u64 = 0;
+/// The stand-in NCCL's default buffer per channel: NCCL_BUFFSIZE's 4 MiB
+/// (`FREERIDE_SIM_NCCL_BUFFER_BYTES`; 0: every send eager).
+pub const DEFAULT_BUFFER_BYTES: u64 = 4 << 20;
 
 /// The NCCL cost model: transfer time = `base_ns` + bytes x `ps_per_byte` / 1000.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

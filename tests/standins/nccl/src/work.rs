@@ -5,8 +5,8 @@
 //! the device, which under time-slicing needs this process resident).
 //!
 //! * Send: posts (start time, bytes) in the channel's slot for its sequence number and transfers
-//!   from its start. What fits in the channel's buffer ([`Cost::buffer_bytes`]; NCCL_BUFFSIZE's
-//!   4 MiB with `FREERIDE_SIM_NCCL_BUFFER_BYTES=4194304`, unlimited by default) moves at once
+//!   from its start. What fits in the channel's buffer ([`Cost::buffer_bytes`]: NCCL_BUFFSIZE's
+//!   4 MiB unless `FREERIDE_SIM_NCCL_BUFFER_BYTES` says otherwise, 0 unlimited) moves at once
 //!   (eager); a larger send fills the buffer, then waits until its receiver's
 //!   kernel has started (the receiver answers in the slot) and moves the rest from then, as
 //!   NCCL's sends do: it ends at max(its start + transfer time, the receiver's start + the rest's
@@ -88,13 +88,8 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
 }
 
-/// NCCL_BUFFSIZE's default, 4 MiB: what the unit tests run at, to exercise sends that wait.
-const NCCL_BUFFSIZE: u64 = 4 << 20;
-
-/// The buffer where `FREERIDE_SIM_NCCL_BUFFER_BYTES` is unset: 0 (every send eager) for now, as
-/// the interleaved lowerings and torch's deferred receives deadlock with NCCL's 4 MiB
-/// (TESTBED.md, "NCCL"); the unit tests use NCCL's.
-const DEFAULT_BUFFER_BYTES: u64 = if cfg!(test) { NCCL_BUFFSIZE } else { 0 };
+/// The buffer where `FREERIDE_SIM_NCCL_BUFFER_BYTES` is unset: NCCL_BUFFSIZE's default, 4 MiB.
+const DEFAULT_BUFFER_BYTES: u64 = 4 << 20;
 
 /// Read once per process.
 pub fn cost() -> &'static Cost {
