@@ -406,6 +406,7 @@ fn sig_of(api: Api, peer: i32, bytes: u64, comm: u64) -> CommSig {
             peer
         },
         bytes,
+        largest_send: if kind == CommKind::Send { bytes } else { 0 },
     }
 }
 

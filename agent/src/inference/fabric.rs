@@ -79,6 +79,7 @@ mod tests {
             kind: CommKind::AllReduce,
             peer: -1,
             bytes,
+            largest_send: 0,
         }
     }
 

@@ -139,8 +139,12 @@ impl Gpus {
         for t in taught {
             match t {
                 Taught::Transferring { who, id, t } => {
+                    let receiver = self.partners.receiver_began(who, id);
                     if let Some(x) = self.timelines.get_mut(&who) {
                         x.timeline.partners_transferring(id, t);
+                        if let Some(r) = receiver {
+                            x.timeline.receiver_began(id, r);
+                        }
                     }
                 }
                 Taught::Transferred { who, sig, ns } => {
@@ -286,6 +290,7 @@ mod tests {
             kind: CommKind::Recv,
             peer: 0,
             bytes: 4,
+            largest_send: 0,
         };
         g.observe(7, Some(a), Obs::Launch { t: 1, stream: 1 }, 1);
         g.observe(7, Some(b), Obs::Launch { t: 2, stream: 1 }, 2);
@@ -360,6 +365,7 @@ mod tests {
                 kind,
                 peer,
                 bytes: 1 << 20,
+                largest_send: 0,
             };
             g.observe(1, Some(a), Obs::Launch { t: 100, stream: 1 }, 100);
             g.observe(2, Some(b), Obs::Launch { t: 100, stream: 1 }, 100);
@@ -420,6 +426,7 @@ mod tests {
             kind: CommKind::AllReduce,
             peer: -1,
             bytes: 1 << 20,
+            largest_send: 0,
         };
         let issue = |id, t| Obs::CommIssue {
             t,

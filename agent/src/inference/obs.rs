@@ -75,6 +75,9 @@ pub struct CommSig {
     pub peer: i32,
     /// Bytes moved (the sum over a group's ops).
     pub bytes: u64,
+    /// Bytes of its largest single send (0: it sends nothing, or that is not known): whether a
+    /// send is larger than NCCL's buffer and waits for its receiver before moving the rest.
+    pub largest_send: u64,
 }
 
 impl CommSig {
@@ -108,6 +111,7 @@ impl CommSig {
                 -1
             },
             bytes: self.bytes.saturating_add(other.bytes),
+            largest_send: self.largest_send.max(other.largest_send),
         }
     }
 }
@@ -206,6 +210,7 @@ mod tests {
             kind: CommKind::Send,
             peer: 1,
             bytes: 100,
+            largest_send: 0,
         };
         let recv = CommSig {
             kind: CommKind::Recv,
@@ -222,6 +227,7 @@ mod tests {
             kind: CommKind::AllReduce,
             peer: -1,
             bytes: 4,
+            largest_send: 0,
         };
         assert_eq!(ar.join(ar).kind, CommKind::AllReduce);
         assert_eq!(g.join(ar).kind, CommKind::Grouped);
@@ -236,6 +242,7 @@ mod tests {
             kind: CommKind::Send,
             peer: 0,
             bytes,
+            largest_send: 0,
         };
         assert_eq!(s(0).size_bucket(), 0);
         assert_eq!(s(1).size_bucket(), 1);

@@ -230,6 +230,18 @@ impl Partners {
             .min()
     }
 
+    /// When the first receiver of op `id` of `who`'s sends began: the earliest completion of a
+    /// key it sends on (`None`: no such key completed, or it has none).
+    pub fn receiver_began(&self, who: Who, id: u64) -> Option<Ns> {
+        let u = self.units.get(&(who, id))?;
+        u.keys
+            .iter()
+            .filter(|key| !u.receives.contains(key))
+            .filter_map(|key| self.keys.get(key))
+            .filter_map(|k| k.done)
+            .min()
+    }
+
     /// The earliest op `id` of `who` can have begun transferring, from the begins of its keys'
     /// parties seen so far (`None`: it has no key, or none of them began).
     pub fn floor(&self, who: Who, id: u64) -> Option<Floor> {
@@ -480,6 +492,25 @@ mod tests {
     }
 
     #[test]
+    fn a_groups_sends_wait_for_their_receivers_not_for_its_receives() {
+        let mut p = Partners::default();
+        // B's group sends on 0x01 (to A) and receives on 0x02 (from C).
+        p.matched(B, 7, 0x01, 2, false);
+        p.matched(B, 7, 0x02, 2, true);
+        p.matched(A, 1, 0x01, 2, true);
+        p.matched(C, 3, 0x02, 2, false);
+        p.began(C, 3, 500);
+        p.began(B, 7, 1_000);
+        // Its receive's sender was there: under way, but no receiver of its send yet.
+        assert_eq!(p.transferring(B, 7), Some(1_000));
+        assert_eq!(p.receiver_began(B, 7), None);
+        p.began(A, 1, 4_000);
+        assert_eq!(p.receiver_began(B, 7), Some(4_000));
+        // A receive has no send of its own.
+        assert_eq!(p.receiver_began(A, 1), None);
+    }
+
+    #[test]
     fn ended_and_gone_ops_teach_nothing() {
         let mut p = Partners::default();
         p.matched(A, 1, 0x05, 2, false);
@@ -500,6 +531,7 @@ mod tests {
             kind: crate::inference::obs::CommKind::AllGather,
             peer: -1,
             bytes: 64,
+            largest_send: 0,
         };
         p.matched(A, 1, 0x07, 2, false);
         p.matched(B, 2, 0x07, 2, false);
@@ -563,6 +595,7 @@ mod tests {
             kind: crate::inference::obs::CommKind::Recv,
             peer: 1,
             bytes: 64,
+            largest_send: 0,
         };
         // B sends to A (0x01) and receives from C (0x02) in one group; C sends to B alone.
         p.matched(B, 7, 0x01, 2, false);

@@ -128,6 +128,7 @@ mod tests {
             kind: CommKind::AllReduce,
             peer: -1,
             bytes: 1 << 20,
+            largest_send: 0,
         }
     }
 

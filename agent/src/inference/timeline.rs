@@ -14,9 +14,10 @@
 //! A compute stream made to wait for an event recorded after a comm op cannot run past the wait
 //! until it releases; launches queued behind it do not run. The GPU is idle while every compute
 //! stream is idle (drained, or held by such a wait) and no comm op is transferring: a send from its
-//! begin, a receive or a collective just before its end, each for its learnt transfer time
-//! ([`super::transfer`]). That is a bubble: from the GPU-side drain to the first moment something
-//! can run or transfer again. Communication that overlaps runnable compute is not one.
+//! begin (one larger than NCCL's buffer for the buffer's share, then for the rest from its
+//! receiver's begin), a receive or a collective just before its end, each for its learnt transfer
+//! time ([`super::transfer`]). That is a bubble: from the GPU-side drain to the first moment
+//! something can run or transfer again. Communication that overlaps runnable compute is not one.
 //!
 //! No stuck state: an op that will never be timed (reported untimed, or queued before an op of its
 //! stream that began) is forgotten; the table of pending ops is bounded and never evicts an op a
@@ -96,6 +97,17 @@ struct Open {
 /// A known transfer: from, to, and where a bubble after it is learnt.
 type Transfer = (Ns, Ns, Option<(OpIndex, Part)>);
 
+/// What a send larger than NCCL's buffer still has to move once its receiver's kernel runs.
+#[derive(Clone, Copy, Debug)]
+struct Rest {
+    /// Its buffer's share is in by then (the rest cannot move before).
+    from: Ns,
+    ns: Ns,
+    pos: OpIndex,
+    /// When its receiver was seen to begin (or it, when later): the rest moved after that.
+    receiver: Option<Ns>,
+}
+
 /// The GPU-level idle window of the timeline.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Idle {
@@ -143,6 +155,13 @@ pub struct Timeline {
     nothing_moved: Vec<(Ns, (OpIndex, Part))>,
     /// Sends that began with no transfer time learnt yet: busy until they end.
     sending: HashMap<u64, Ns>,
+    /// Sends larger than NCCL's buffer that began: the rest of their transfer, which waits for
+    /// their receiver's kernel.
+    rendezvous: HashMap<u64, Rest>,
+    /// NCCL's buffer per send ([`super::transfer::nccl_buffer_bytes`]; 0: every send eager).
+    buffer_bytes: u64,
+    /// The latest time the agent saw an observation (what partners' news is stamped with).
+    now: Ns,
     pattern: Pattern,
     open: Option<Open>,
     /// Bubbles were reported up to here.
@@ -163,12 +182,20 @@ impl Timeline {
         Self::default()
     }
 
-    /// A timeline named `label` (the process id) in messages.
+    /// A timeline named `label` (the process id) in messages, its sends filling NCCL's buffer
+    /// as the environment says ([`super::transfer::nccl_buffer_bytes`]).
     pub fn labelled(label: u32) -> Self {
         Timeline {
             label,
+            buffer_bytes: super::transfer::nccl_buffer_bytes(),
             ..Self::default()
         }
+    }
+
+    /// A timeline whose sends larger than `bytes` wait for their receivers (0: none does).
+    pub fn with_buffer(mut self, bytes: u64) -> Self {
+        self.buffer_bytes = bytes;
+        self
     }
 
     /// Who it is (the process id it was made for).
@@ -229,6 +256,7 @@ impl Timeline {
 
     /// Takes one observation; `now` is when the agent sees it.
     pub fn observe(&mut self, obs: Obs, now: Ns) {
+        self.now = self.now.max(now);
         match obs {
             Obs::Launch { t, stream } => {
                 self.streams.entry(stream).or_default().on_launch(t);
@@ -283,6 +311,7 @@ impl Timeline {
                     s.lost();
                 }
                 self.sending.clear();
+                self.rendezvous.clear();
                 // Their ends may be among the lost records.
                 let begun: Vec<u64> = self.in_flight.keys().copied().collect();
                 for x in begun {
@@ -303,6 +332,9 @@ impl Timeline {
                     pattern,
                     closed,
                     emitted_until: t,
+                    label: self.label,
+                    buffer_bytes: self.buffer_bytes,
+                    now: self.now,
                     ..Timeline::default()
                 };
                 return;
@@ -403,6 +435,7 @@ impl Timeline {
         }
         self.in_flight.remove(&id);
         self.sending.remove(&id);
+        self.rendezvous.remove(&id);
         for s in self.streams.values_mut() {
             for b in s.blockers_mut() {
                 if b.op == Some(id) {
@@ -460,12 +493,66 @@ impl Timeline {
         }
         if sig.has_send() {
             match self.transfers.estimate(&sig, None) {
-                Some(d) => self.add_transfer(t, t + d, Some((pos, 1))),
+                Some(d) => {
+                    match super::transfer::eager_part(d, sig.largest_send, self.buffer_bytes) {
+                        // Its buffer's share now; the rest once its receiver's kernel runs
+                        // ([`Timeline::receiver_began`]), or, with the receiver not seen to
+                        // begin (on another node), just before its end.
+                        Some(eager) => {
+                            self.add_transfer(t, t + eager, Some((pos, 1)));
+                            let rest = Rest {
+                                from: t + eager,
+                                ns: d - eager,
+                                pos,
+                                receiver: None,
+                            };
+                            self.rendezvous.insert(id, rest);
+                        }
+                        None => self.add_transfer(t, t + d, Some((pos, 1))),
+                    }
+                }
                 None => {
                     self.sending.insert(id, t);
                 }
             }
         }
+    }
+
+    /// The rest of a send larger than NCCL's buffer moves from `t` (its receiver's kernel runs)
+    /// at the earliest.
+    fn rest_moves(&mut self, id: u64, t: Ns) {
+        let Some(r) = self
+            .rendezvous
+            .get_mut(&id)
+            .filter(|r| r.receiver.is_none())
+        else {
+            return;
+        };
+        r.receiver = Some(t);
+        let (a, ns, pos) = (t.max(r.from), r.ns, r.pos);
+        self.add_transfer(a, a + ns, Some((pos, 2)));
+    }
+
+    /// Op `id` of `sig`, a send larger than NCCL's buffer, ended at `t`. With its receiver not
+    /// seen to begin (on another node), the rest of its transfer moved just before. With it
+    /// seen at `r`, the rest moved between `r` and `t`: the whole of its largest send took at
+    /// most that scaled up by the whole over the rest, a bound on its kind's transfers that its
+    /// duration (its wait for its receiver included) does not give when every send waits.
+    fn rest_ended(&mut self, id: u64, sig: &CommSig, t: Ns) {
+        let Some(rest) = self.rendezvous.get(&id).copied() else {
+            return;
+        };
+        match rest.receiver {
+            None => self.rest_moves(id, t.saturating_sub(rest.ns)),
+            Some(r) => {
+                let whole = sig.largest_send;
+                let beyond = whole.saturating_sub(self.buffer_bytes).max(1);
+                let ns = t.saturating_sub(r) as u128 * whole as u128 / beyond as u128;
+                let ns = (ns.min(Ns::MAX as u128) as Ns).max(RECORD_SKEW_NS);
+                self.transfers.bound(sig, ns);
+            }
+        }
+        self.rendezvous.remove(&id);
     }
 
     fn add_transfer(&mut self, a: Ns, b: Ns, op: Option<(OpIndex, Part)>) {
@@ -488,7 +575,7 @@ impl Timeline {
         // began, its kernel may start later than its begin record, and nothing moves before it
         // does). Not of an op that sends: a send moves its data from its own begin into the
         // receiver's buffers whether or not the receiver is there yet (NCCL's buffers hold a few
-        // MiB per peer; the test bed's sends are eager).
+        // MiB per peer; what a larger one moves later is `Timeline::rest_ended`'s).
         let partners = op.transfer_from.filter(|_| !sig.has_send());
         let moved = |tr: Ns| if tr < RECORD_SKEW_NS { 0 } else { tr };
         let floor = partners.map(|f| moved(t.saturating_sub(f.t.max(op.begin.unwrap_or(0)))));
@@ -527,6 +614,7 @@ impl Timeline {
         if let Some(b) = self.sending.remove(&id) {
             self.add_transfer(b, t, Some((pos, 1)));
         }
+        self.rest_ended(id, &sig, t);
         if sig.has_recv() || sig.collective() {
             // Unknown begin and nothing learnt: busy from its issue (conservative).
             let tr = at_most(

@@ -13,6 +13,34 @@
 //! learnt yet for its kind, an op is taken to transfer for its whole duration.
 use super::obs::{CommKind, CommSig, Ns};
 use std::collections::{HashMap, VecDeque};
+use std::sync::OnceLock;
+
+/// NCCL's buffer per channel by default (`NCCL_BUFFSIZE`), bytes.
+pub const NCCL_BUFFSIZE_DEFAULT: u64 = 4 << 20;
+
+/// What a send fills from its begin, whether or not its receiver is there: NCCL's buffer
+/// (`NCCL_BUFFSIZE` in the agent's environment, as the cluster sets it for its jobs; 4 MiB by
+/// default; 0: every send moves all its data from its begin). A send larger than it waits for its
+/// receiver's kernel before it moves the rest (NVIDIA/nccl#1025, #544), idle in between.
+pub fn nccl_buffer_bytes() -> u64 {
+    static B: OnceLock<u64> = OnceLock::new();
+    *B.get_or_init(|| {
+        std::env::var("NCCL_BUFFSIZE")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(NCCL_BUFFSIZE_DEFAULT)
+    })
+}
+
+/// The part of a send's transfer of `ns` that moves from its begin when its largest single send
+/// is `largest_send` bytes and the buffer `buffer` (`None`: all of it; the send fits, or the
+/// buffer is 0, unlimited).
+pub fn eager_part(ns: Ns, largest_send: u64, buffer: u64) -> Option<Ns> {
+    if buffer == 0 || largest_send <= buffer {
+        return None;
+    }
+    Some((ns as u128 * buffer as u128 / largest_send as u128) as Ns)
+}
 
 /// Bounds kept per (communicator, class): the newest ones.
 const WINDOW: usize = 32;
@@ -77,12 +105,21 @@ impl Transfers {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_send_beyond_the_buffer_moves_its_share_of_it_first() {
+        assert_eq!(eager_part(2_000, 4 << 20, 4 << 20), None);
+        assert_eq!(eager_part(2_000, 8 << 20, 0), None);
+        assert_eq!(eager_part(2_000, 8 << 20, 4 << 20), Some(1_000));
+        assert_eq!(eager_part(2_000, 0, 4 << 20), None);
+    }
+
     fn sig(bytes: u64) -> CommSig {
         CommSig {
             comm: 1,
             kind: CommKind::AllReduce,
             peer: -1,
             bytes,
+            largest_send: 0,
         }
     }
 

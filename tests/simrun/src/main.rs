@@ -29,7 +29,19 @@ enum Command {
     Sim(Box<sim_cmd::SimArgs>),
 }
 
+/// The simulated cluster's NCCL buffer is the stand-in's (`FREERIDE_SIM_NCCL_BUFFER_BYTES`); its
+/// agent, like a real cluster's, reads it as `NCCL_BUFFSIZE` (where that is not set already).
+fn share_nccl_buffer() {
+    if std::env::var_os("NCCL_BUFFSIZE").is_none() {
+        if let Ok(v) = std::env::var("FREERIDE_SIM_NCCL_BUFFER_BYTES") {
+            // Single-threaded still: nothing else reads the environment yet.
+            std::env::set_var("NCCL_BUFFSIZE", v);
+        }
+    }
+}
+
 fn main() {
+    share_nccl_buffer();
     let cli = Cli::parse();
     let code = match cli.command {
         Command::Sim(a) => sim_cmd::main(*a),

@@ -7,6 +7,7 @@ fn sig(kind: CommKind, peer: i32, bytes: u64) -> CommSig {
         kind,
         peer,
         bytes,
+        largest_send: 0,
     }
 }
 fn recv(peer: i32) -> CommSig {

@@ -412,6 +412,7 @@ mod tests {
             kind,
             peer: 1,
             bytes: 1 << 20,
+            largest_send: 0,
         }
     }
 

@@ -230,6 +230,7 @@ impl Stage<'_> {
                     kind: CommKind::AllReduce,
                     peer: -1,
                     bytes: 4 << 20,
+                    largest_send: 0,
                 };
                 let lag = (self.draw() * 30_000.0) as Ns;
                 let e = self.pg_op(TP, sig, Link::Lag(lag), 80_000, !self.job.tp_untimed);
@@ -253,6 +254,7 @@ impl Stage<'_> {
                 kind: CommKind::AllReduce,
                 peer: -1,
                 bytes: 40 << 20,
+                largest_send: 0,
             };
             let lag = (self.draw() * 50_000.0) as Ns;
             v.push(self.pg_op(DP, sig, Link::Lag(lag), self.job.dp_transfer_ns, true));
@@ -273,6 +275,7 @@ impl Stage<'_> {
                 kind,
                 peer: peer as i32,
                 bytes: (self.job.p2p_bytes as f64 * f) as u64,
+                largest_send: 0,
             },
             (self.job.p2p_transfer_ns as f64 * f) as Ns,
         )
@@ -383,6 +386,7 @@ impl Stage<'_> {
                 kind: CommKind::AllReduce,
                 peer: -1,
                 bytes: 8,
+                largest_send: 0,
             };
             let e = self.pg_op(DP, sig, Link::Lag(20_000), 30_000, true);
             self.wait(e);
@@ -394,6 +398,7 @@ impl Stage<'_> {
             kind: CommKind::AllReduce,
             peer: -1,
             bytes: 64 << 20,
+            largest_send: 0,
         };
         let link = Link::Coll {
             key: 1 << 60 | it as u64,
@@ -510,6 +515,7 @@ pub fn two_gpus(pid: u32, a: GpuId, b: GpuId, micro: usize, iterations: usize) -
         kind,
         peer,
         bytes: 1 << 20,
+        largest_send: 0,
     };
     // (GPU, phase) -> its message key base.
     for it in 0..iterations {

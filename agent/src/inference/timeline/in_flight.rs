@@ -110,4 +110,17 @@ impl Timeline {
             f.partners = t.map(|t| t.max(b));
         }
     }
+
+    /// The receiver of op `id`'s send (the first, of a group's) began at `t`: the rest of a
+    /// send larger than NCCL's buffer moves from then.
+    pub fn receiver_began(&mut self, id: u64, t: Ns) {
+        let Some(b) = self.ops.get(&id).and_then(|op| op.begin) else {
+            return;
+        };
+        if self.rendezvous.contains_key(&id) {
+            self.rest_moves(id, t.max(b));
+            let now = self.now;
+            self.refresh(now);
+        }
+    }
 }

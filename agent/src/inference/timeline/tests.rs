@@ -11,6 +11,7 @@ fn recv() -> CommSig {
         kind: CommKind::Recv,
         peer: 0,
         bytes: 4,
+        largest_send: 0,
     }
 }
 
@@ -630,4 +631,109 @@ fn a_collective_that_waits_for_another_node_is_idle_until_the_fabric_bound() {
     // Every party local (began by 1 ms, none on another node): the floor alone says it may have
     // transferred all along.
     assert_eq!(run(None), vec![(41_000_000, 41_000_200)]);
+}
+
+/// A send of 20 MB, which took 20 µs alone (so its transfer is learnt as 20 µs).
+fn big_send() -> CommSig {
+    CommSig {
+        kind: CommKind::Send,
+        bytes: 20_000_000,
+        largest_send: 20_000_000,
+        ..recv()
+    }
+}
+
+/// A timeline with NCCL's buffer at 5 MB that learnt [`big_send`]'s transfer, then whose compute
+/// (launched at 100 000) drained when a big send issued at 100 500 began at 101 000.
+fn sending_big(buffer: u64) -> Timeline {
+    let mut tl = Timeline::new().with_buffer(buffer);
+    let s = big_send();
+    feed(
+        &mut tl,
+        &[
+            Obs::CommIssue {
+                t: 10,
+                id: 100,
+                stream: P2P,
+                sig: s,
+            },
+            Obs::CommBegin {
+                id: 100,
+                t: 20,
+                seen: 20,
+            },
+            Obs::CommEnd {
+                id: 100,
+                t: 20_020,
+                seen: 20_020,
+            },
+            Obs::Launch {
+                t: 100_000,
+                stream: C,
+            },
+            Obs::CommIssue {
+                t: 100_500,
+                id: 1,
+                stream: P2P,
+                sig: s,
+            },
+            Obs::CommBegin {
+                id: 1,
+                t: 101_000,
+                seen: 101_100,
+            },
+        ],
+    );
+    tl.take_closed();
+    tl
+}
+
+#[test]
+fn a_send_beyond_the_buffer_is_idle_from_its_fill_until_its_receiver_begins() {
+    // Its buffer's share (5 of 20 MB: 5 µs) moves at once; then the GPU is idle until its
+    // receiver's kernel begins at 160 000, when the rest (15 µs) moves. (Partners' news that
+    // some key of it is under way, its receive's, say nothing of it.)
+    let mut tl = sending_big(5_000_000);
+    assert_eq!(tl.open_now().map(|b| b.start), Some(106_000));
+    tl.partners_transferring(1, Some(101_000));
+    assert!(tl.take_closed().is_empty());
+    tl.receiver_began(1, 160_000);
+    assert_eq!(
+        tl.take_closed()
+            .iter()
+            .map(|b| (b.start, b.end))
+            .collect::<Vec<_>>(),
+        vec![(106_000, 160_000)]
+    );
+    let b = ended(&mut tl, 1, 175_000);
+    assert_eq!(b, vec![(175_000, 175_200)]);
+
+    // Its receiver not seen to begin (on another node): the rest moved just before its end,
+    // known once the end is read.
+    let mut tl = sending_big(5_000_000);
+    let b = ended(&mut tl, 1, 175_000);
+    assert_eq!(b, vec![(106_000, 160_000), (175_000, 175_200)]);
+
+    // Within the buffer (or with none: 0) it moves all of it from its begin: no bubble before
+    // its transfer's end.
+    for buffer in [20_000_000, 0] {
+        let mut tl = sending_big(buffer);
+        assert_eq!(tl.open_now().map(|b| b.start), Some(121_000), "{buffer}");
+        let b = ended(&mut tl, 1, 175_000);
+        assert_eq!(b, vec![(121_000, 175_200)], "{buffer}");
+    }
+}
+
+#[test]
+fn a_send_whose_receiver_was_seen_bounds_its_kinds_transfers() {
+    // Learnt at 20 µs; this one's rest (15 of 20 MB) moved within the 7.5 µs from its
+    // receiver's begin to its end: the whole takes at most 10 µs.
+    let mut tl = sending_big(5_000_000);
+    tl.receiver_began(1, 160_000);
+    ended(&mut tl, 1, 167_500);
+    assert_eq!(tl.transfers.estimate(&big_send(), None), Some(10_000));
+    // Not seen: its duration bounds nothing new.
+    let mut tl = sending_big(5_000_000);
+    ended(&mut tl, 1, 167_500);
+    assert_eq!(tl.transfers.estimate(&big_send(), None), Some(20_000));
 }
