@@ -544,12 +544,13 @@ impl Timeline {
         };
         match rest.receiver {
             None => self.rest_moves(id, t.saturating_sub(rest.ns)),
+            // Its end within the records' skew of its receiver's begin: nothing to go by.
+            Some(r) if t < r + RECORD_SKEW_NS => {}
             Some(r) => {
                 let whole = sig.largest_send;
                 let beyond = whole.saturating_sub(self.buffer_bytes).max(1);
                 let ns = t.saturating_sub(r) as u128 * whole as u128 / beyond as u128;
-                let ns = (ns.min(Ns::MAX as u128) as Ns).max(RECORD_SKEW_NS);
-                self.transfers.bound(sig, ns);
+                self.transfers.bound(sig, ns.min(Ns::MAX as u128) as Ns);
             }
         }
         self.rendezvous.remove(&id);

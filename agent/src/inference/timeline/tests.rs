@@ -21,6 +21,11 @@ fn learn_transfer(tl: &mut Timeline) {
         kind: CommKind::Send,
         ..recv()
     };
+    learn(tl, send, 50);
+}
+
+/// Op 100 of `sig`, issued at 10, took `ns` from its begin at 20.
+fn learn(tl: &mut Timeline, sig: CommSig, ns: Ns) {
     feed(
         tl,
         &[
@@ -28,7 +33,7 @@ fn learn_transfer(tl: &mut Timeline) {
                 t: 10,
                 id: 100,
                 stream: P2P,
-                sig: send,
+                sig,
             },
             Obs::CommBegin {
                 id: 100,
@@ -37,8 +42,8 @@ fn learn_transfer(tl: &mut Timeline) {
             },
             Obs::CommEnd {
                 id: 100,
-                t: 70,
-                seen: 70,
+                t: 20 + ns,
+                seen: 20 + ns,
             },
         ],
     );
@@ -648,25 +653,10 @@ fn big_send() -> CommSig {
 fn sending_big(buffer: u64) -> Timeline {
     let mut tl = Timeline::new().with_buffer(buffer);
     let s = big_send();
+    learn(&mut tl, s, 20_000);
     feed(
         &mut tl,
         &[
-            Obs::CommIssue {
-                t: 10,
-                id: 100,
-                stream: P2P,
-                sig: s,
-            },
-            Obs::CommBegin {
-                id: 100,
-                t: 20,
-                seen: 20,
-            },
-            Obs::CommEnd {
-                id: 100,
-                t: 20_020,
-                seen: 20_020,
-            },
             Obs::Launch {
                 t: 100_000,
                 stream: C,
@@ -726,14 +716,19 @@ fn a_send_beyond_the_buffer_is_idle_from_its_fill_until_its_receiver_begins() {
 
 #[test]
 fn a_send_whose_receiver_was_seen_bounds_its_kinds_transfers() {
-    // Learnt at 20 µs; this one's rest (15 of 20 MB) moved within the 7.5 µs from its
-    // receiver's begin to its end: the whole takes at most 10 µs.
+    // Learnt at 20 µs; this one's rest (15 of 20 MB) moved within the 12 µs from its
+    // receiver's begin to its end: the whole takes at most 16 µs.
+    let mut tl = sending_big(5_000_000);
+    tl.receiver_began(1, 160_000);
+    ended(&mut tl, 1, 172_000);
+    assert_eq!(tl.transfers.estimate(&big_send(), None), Some(16_000));
+    // Its end within the records' skew (10 µs) of its receiver's begin: nothing to go by.
     let mut tl = sending_big(5_000_000);
     tl.receiver_began(1, 160_000);
     ended(&mut tl, 1, 167_500);
-    assert_eq!(tl.transfers.estimate(&big_send(), None), Some(10_000));
+    assert_eq!(tl.transfers.estimate(&big_send(), None), Some(20_000));
     // Not seen: its duration bounds nothing new.
     let mut tl = sending_big(5_000_000);
-    ended(&mut tl, 1, 167_500);
+    ended(&mut tl, 1, 172_000);
     assert_eq!(tl.transfers.estimate(&big_send(), None), Some(20_000));
 }
