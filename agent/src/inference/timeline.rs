@@ -106,6 +106,9 @@ struct Rest {
     pos: OpIndex,
     /// When its receiver was seen to begin (or it, when later): the rest moved after that.
     receiver: Option<Ns>,
+    /// A group's receive placed from when its sender began (its data comes then, not at the
+    /// group's end, which its send's rest may set).
+    received: bool,
 }
 
 /// The GPU-level idle window of the timeline.
@@ -505,6 +508,7 @@ impl Timeline {
                                 ns: d - eager,
                                 pos,
                                 receiver: None,
+                                received: false,
                             };
                             self.rendezvous.insert(id, rest);
                         }
@@ -531,6 +535,27 @@ impl Timeline {
         r.receiver = Some(t);
         let (a, ns, pos) = (t.max(r.from), r.ns, r.pos);
         self.add_transfer(a, a + ns, Some((pos, 2)));
+    }
+
+    /// Op `id`, a group with a send larger than NCCL's buffer and a receive, has a key under way
+    /// from `t`: its receive's sender began, so its data moves from then (for at most the
+    /// group's learnt transfer), whenever the group ends.
+    fn group_receives(&mut self, id: u64, t: Ns) {
+        let Some(begin) = self
+            .ops
+            .get(&id)
+            .filter(|op| op.sig.has_recv())
+            .and_then(|op| op.begin)
+        else {
+            return;
+        };
+        let Some(r) = self.rendezvous.get_mut(&id).filter(|r| !r.received) else {
+            return;
+        };
+        r.received = true;
+        // The group's whole learnt transfer: its fill and its rest.
+        let (a, d, pos) = (t.max(begin), r.from.saturating_sub(begin) + r.ns, r.pos);
+        self.add_transfer(a, a + d, Some((pos, 2)));
     }
 
     /// Op `id` of `sig`, a send larger than NCCL's buffer, ended at `t`. With its receiver not

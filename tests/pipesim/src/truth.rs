@@ -14,7 +14,8 @@
 //!   the k-th [`ITERATION_MARKER`] kernel of each rank ends iteration k;
 //! * a rank is busy while a compute kernel of its pid runs on its GPU or one of its
 //!   communication kernels transfers (from `transfer_start_ns` to `end_ns`, and from `start_ns`
-//!   to `eager_end_ns` where a send filled its buffer before it waited for its receiver; a line
+//!   to `eager_end_ns` where a send filled its buffer before it waited for its receiver, and from
+//!   `mid_start_ns` to `mid_end_ns` where a group's send moved its rest before its receives; a line
 //!   without `transfer_start_ns` transfers for 0 ns); the rest of the window is idle (no kernel running,
 //!   or only communication kernels waiting for their peers).
 use serde::{Deserialize, Serialize};
@@ -52,6 +53,12 @@ pub struct KernelRecord {
     /// filled its buffer, then waited for its receiver): when that part ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eager_end_ns: Option<u64>,
+    /// A communication kernel busy again before its transfer (a group's large send moving its
+    /// rest before the group's receives' data came): that span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mid_start_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mid_end_ns: Option<u64>,
 }
 
 impl KernelRecord {
@@ -61,20 +68,27 @@ impl KernelRecord {
     }
 
     /// When the kernel keeps its GPU busy: a compute kernel throughout, a communication kernel
-    /// while it transfers (from its start for what it moved before it waited, if anything, and
-    /// from its transfer's start to its end).
+    /// while it transfers (from its start for what it moved before it waited, if anything, its
+    /// mid span, and from its transfer's start to its end).
     pub fn busy_spans(&self) -> impl Iterator<Item = (u64, u64)> {
-        let (eager, transfer) = if self.is_compute() {
-            (None, Some((self.start_ns, self.end_ns)))
+        let (eager, mid, transfer) = if self.is_compute() {
+            (None, None, Some((self.start_ns, self.end_ns)))
         } else {
             (
                 self.eager_end_ns
                     .map(|e| (self.start_ns, e.min(self.end_ns))),
+                self.mid_start_ns
+                    .zip(self.mid_end_ns)
+                    .map(|(a, b)| (a.max(self.start_ns), b.min(self.end_ns))),
                 self.transfer_start_ns
                     .map(|t| (t.max(self.start_ns), self.end_ns)),
             )
         };
-        eager.into_iter().chain(transfer).filter(|(a, b)| a < b)
+        eager
+            .into_iter()
+            .chain(mid)
+            .chain(transfer)
+            .filter(|(a, b)| a < b)
     }
 }
 
@@ -465,6 +479,8 @@ mod tests {
             end_ns: e,
             transfer_start_ns: None,
             eager_end_ns: None,
+            mid_start_ns: None,
+            mid_end_ns: None,
         }
     }
 
@@ -477,7 +493,15 @@ mod tests {
             send.busy_spans().collect::<Vec<_>>(),
             vec![(10, 14), (30, 40)]
         );
+        send.mid_start_ns = Some(18);
+        send.mid_end_ns = Some(22);
+        assert_eq!(
+            send.busy_spans().collect::<Vec<_>>(),
+            vec![(10, 14), (18, 22), (30, 40)]
+        );
         send.eager_end_ns = None;
+        send.mid_start_ns = None;
+        send.mid_end_ns = None;
         assert_eq!(send.busy_spans().collect::<Vec<_>>(), vec![(30, 40)]);
         let f = k(0, 1, "f", "compute", 10, 40);
         assert_eq!(f.busy_spans().collect::<Vec<_>>(), vec![(10, 40)]);

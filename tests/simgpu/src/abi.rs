@@ -44,8 +44,9 @@
 //! take the SM shares of compute kernels, under MPS or within a process.
 //!
 //! Version 1 (`run(ctx)`, which slept until the transfer's end in real time, magic
-//! [`DEVICE_WORK_MAGIC_V1`]) and version 2 (a `CommKernel` without `eager_ns`, magic
-//! [`DEVICE_WORK_MAGIC_V2`]) are refused by the stand-in driver with `CUDA_ERROR_INVALID_VALUE`.
+//! [`DEVICE_WORK_MAGIC_V1`]), version 2 (a `CommKernel` without `eager_ns`, magic
+//! [`DEVICE_WORK_MAGIC_V2`]) and version 3 (without `mid_start_ns`/`mid_ns`, magic
+//! [`DEVICE_WORK_MAGIC_V3`]) are refused by the stand-in driver with `CUDA_ERROR_INVALID_VALUE`.
 use std::ffi::c_void;
 
 /// Run time of a kernel launched without a duration parameter.
@@ -56,8 +57,11 @@ pub const DURATION_BITS: u32 = 48;
 pub const FILL_SHIFT: u32 = 56;
 /// Function-name prefix that marks a communication kernel.
 pub const COMM_KERNEL_PREFIX: &str = "nccl";
-/// `DeviceWork.magic` of version 3 ("FDEVWRK3").
-pub const DEVICE_WORK_MAGIC: u64 = 0x334b_5257_5645_4446;
+/// `DeviceWork.magic` of version 4 ("FDEVWRK4").
+pub const DEVICE_WORK_MAGIC: u64 = 0x344b_5257_5645_4446;
+/// `DeviceWork.magic` of version 3 ("FDEVWRK3"), no longer accepted: its `CommKernel` is two
+/// fields shorter.
+pub const DEVICE_WORK_MAGIC_V3: u64 = 0x334b_5257_5645_4446;
 /// `DeviceWork.magic` of version 2 ("FDEVWRK2"), no longer accepted: its `CommKernel` is a
 /// field shorter.
 pub const DEVICE_WORK_MAGIC_V2: u64 = 0x324b_5257_5645_4446;
@@ -95,6 +99,11 @@ pub struct CommKernel {
     /// than its channel's buffer fills the buffer at once, then waits for its receiver to move
     /// the rest (from `transfer_start_ns`, for `transfer_ns`). The kernel is busy in both parts.
     pub eager_ns: u64,
+    /// Out: a busy span between the eager part and the transfer, from `mid_start_ns` for
+    /// `mid_ns` (0: none): a group's large send moving its rest once its receiver ran, before
+    /// the group's receives' data came (the transfer).
+    pub mid_start_ns: u64,
+    pub mid_ns: u64,
 }
 
 /// The body of a communication kernel (see the module docs).

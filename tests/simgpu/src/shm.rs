@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 /// "FRSIMGPU", published last by the creator.
 pub const MAGIC: u64 = 0x5550_474d_4953_5246;
 /// Layout version (3: the shared model of `crate::sched` replaced the admission tickets; 4: a
-/// communication kernel's `eager_ns`).
-pub const VERSION: u32 = 4;
+/// communication kernel's `eager_ns`; 5: its mid span).
+pub const VERSION: u32 = 5;
 /// Processes that can use one device at the same time.
 pub const MAX_SLOTS: usize = 128;
 /// How long an opener waits for the creator to publish the state.

@@ -352,6 +352,7 @@ fn run_kernel(inner: &Inner, k: KernelOp, ready_ns: u64, on_time: bool) -> Timin
         end_ns: t.end_ns,
         transfer_start_ns: k.comm.then_some(t.transfer_start_ns),
         eager_end_ns: t.eager_end_ns,
+        mid: t.mid,
     });
     t
 }

@@ -24,6 +24,9 @@ pub struct TruthLine<'a> {
     /// Communication kernels that transferred from their start before they waited (a send that
     /// filled its buffer, then waited for its receiver): when that part ended.
     pub eager_end_ns: Option<u64>,
+    /// Communication kernels busy again before their transfer (a group's large send moving
+    /// its rest before the group's receives' data came): that span.
+    pub mid: Option<(u64, u64)>,
 }
 
 /// Escapes `s` for a JSON string body.
@@ -47,7 +50,7 @@ impl TruthLine<'_> {
     /// The line, newline included, in the format of TESTBED.md.
     pub fn to_json(&self) -> String {
         format!(
-            "{{\"device\":{},\"bus_id\":\"{}\",\"pid\":{},\"stream\":{},\"kernel\":\"{}\",\"kind\":\"{}\",\"api\":\"{}\",\"graph\":{},\"queued_ns\":{},\"start_ns\":{},\"end_ns\":{}{}{}}}\n",
+            "{{\"device\":{},\"bus_id\":\"{}\",\"pid\":{},\"stream\":{},\"kernel\":\"{}\",\"kind\":\"{}\",\"api\":\"{}\",\"graph\":{},\"queued_ns\":{},\"start_ns\":{},\"end_ns\":{}{}{}{}}}\n",
             self.device,
             crate::identity::pci_bus_id(self.device),
             self.pid,
@@ -65,6 +68,10 @@ impl TruthLine<'_> {
             },
             match self.eager_end_ns {
                 Some(t) => format!(",\"eager_end_ns\":{t}"),
+                None => String::new(),
+            },
+            match self.mid {
+                Some((a, b)) => format!(",\"mid_start_ns\":{a},\"mid_end_ns\":{b}"),
                 None => String::new(),
             }
         )
@@ -113,6 +120,7 @@ mod tests {
             end_ns: 3,
             transfer_start_ns: None,
             eager_end_ns: None,
+            mid: None,
         };
         assert_eq!(
             l.to_json(),
@@ -135,5 +143,14 @@ mod tests {
         assert!(s
             .to_json()
             .ends_with("\"transfer_start_ns\":3,\"eager_end_ns\":2}\n"));
+        let m = TruthLine {
+            end_ns: 9,
+            transfer_start_ns: Some(7),
+            mid: Some((4, 6)),
+            ..s
+        };
+        assert!(m.to_json().ends_with(
+            "\"transfer_start_ns\":7,\"eager_end_ns\":2,\"mid_start_ns\":4,\"mid_end_ns\":6}\n"
+        ));
     }
 }

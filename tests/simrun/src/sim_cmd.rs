@@ -124,7 +124,7 @@ pub fn main(a: SimArgs) -> i32 {
                 "idle": it.ranks.iter().map(|r| r.idle_intervals.clone()).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
             "side": res.kernels.iter().filter(|k| res.sidetask_pids.contains(&k.pid)).map(|k| json!([k.device, k.start_ns, k.end_ns])).collect::<Vec<_>>(),
-            "trainer": res.kernels.iter().filter(|k| !res.sidetask_pids.contains(&k.pid)).map(|k| json!([k.device, k.queued_ns, k.start_ns, k.end_ns, k.kind, k.transfer_start_ns, k.pid, k.stream, k.kernel, k.eager_end_ns])).collect::<Vec<_>>(),
+            "trainer": res.kernels.iter().filter(|k| !res.sidetask_pids.contains(&k.pid)).map(|k| json!([k.device, k.queued_ns, k.start_ns, k.end_ns, k.kind, k.transfer_start_ns, k.pid, k.stream, k.kernel, k.eager_end_ns, k.mid_start_ns, k.mid_end_ns])).collect::<Vec<_>>(),
             "bubbles": res.bubbles.iter().map(|b| json!([b.pid, b.bubble.start, b.bubble.end, b.bubble.opened_seen, b.bubble.closed_seen, b.bubble.predicted_end, b.bubble.confidence])).collect::<Vec<_>>(),
             "grants": res.grant_logs.iter().enumerate().flat_map(|(node, log)| log.gpus().into_iter().map(move |g| json!({"node": node, "gpu": g.to_string(), "intervals": log.intervals(g)}))).collect::<Vec<_>>(),
             "bubble_gpus": res.bubbles.iter().map(|b| (b.pid, b.gpu.to_string())).collect::<std::collections::BTreeSet<_>>(),

@@ -20,6 +20,8 @@ fn the_product_reads_the_kernels_pipesim_reads() {
         end_ns: 200 + pid as u64,
         transfer_start_ns: transfer,
         eager_end_ns: None,
+        mid_start_ns: None,
+        mid_end_ns: None,
     };
     let kernels = [
         kernel(11, "compute", "cuLaunchKernel", None),

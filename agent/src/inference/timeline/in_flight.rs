@@ -109,6 +109,11 @@ impl Timeline {
         if let Some(f) = self.in_flight.get_mut(&id) {
             f.partners = t.map(|t| t.max(b));
         }
+        if let Some(t) = t.filter(|_| self.rendezvous.contains_key(&id)) {
+            self.group_receives(id, t);
+            let now = self.now;
+            self.refresh(now);
+        }
     }
 
     /// The receiver of op `id`'s send (the first, of a group's) began at `t`: the rest of a

@@ -651,8 +651,12 @@ fn big_send() -> CommSig {
 /// A timeline with NCCL's buffer at 5 MB that learnt [`big_send`]'s transfer, then whose compute
 /// (launched at 100 000) drained when a big send issued at 100 500 began at 101 000.
 fn sending_big(buffer: u64) -> Timeline {
+    sending(buffer, big_send())
+}
+
+/// [`sending_big`] of an op of `s` (learnt to transfer in 20 µs).
+fn sending(buffer: u64, s: CommSig) -> Timeline {
     let mut tl = Timeline::new().with_buffer(buffer);
-    let s = big_send();
     learn(&mut tl, s, 20_000);
     feed(
         &mut tl,
@@ -731,4 +735,23 @@ fn a_send_whose_receiver_was_seen_bounds_its_kinds_transfers() {
     let mut tl = sending_big(5_000_000);
     ended(&mut tl, 1, 172_000);
     assert_eq!(tl.transfers.estimate(&big_send(), None), Some(20_000));
+}
+
+#[test]
+fn a_groups_receive_moves_when_its_sender_began_not_at_the_groups_end() {
+    // A group sending 20 MB and receiving 20 MB, whose receive's sender was there before it:
+    // the data comes from its begin (for the group's 20 µs) while its send's rest waits.
+    let group = CommSig {
+        kind: CommKind::SendRecv,
+        bytes: 40_000_000,
+        ..big_send()
+    };
+    let mut tl = sending(5_000_000, group);
+    assert_eq!(tl.open_now().map(|b| b.start), Some(106_000));
+    tl.partners_transferring(1, Some(101_000));
+    assert_eq!(tl.open_now().map(|b| b.start), Some(121_000));
+    // Then its send's receiver at 160 000: the rest (15 µs) from then.
+    tl.receiver_began(1, 160_000);
+    let b = ended(&mut tl, 1, 175_000);
+    assert_eq!(b, vec![(121_000, 160_000), (175_000, 175_200)]);
 }

@@ -50,6 +50,8 @@ pub struct Timing {
     pub transfer_start_ns: u64,
     /// Communication kernels: when the part they transferred before they waited ended.
     pub eager_end_ns: Option<u64>,
+    /// Communication kernels: a busy span between that part and the transfer.
+    pub mid: Option<(u64, u64)>,
 }
 
 impl Device {
@@ -151,6 +153,7 @@ impl Device {
                 end_ns: t,
                 transfer_start_ns: t,
                 eager_end_ns: None,
+                mid: None,
             },
         }
     }
@@ -162,6 +165,7 @@ impl Device {
             k.transfer_start_ns.max(k.start_ns),
             k.transfer_ns,
             k.eager_ns,
+            Some((k.mid_start_ns, k.mid_ns)),
         );
         self.bump(&self.shm.gen);
     }
@@ -215,6 +219,7 @@ impl Device {
                                 end_ns: d.end_ns,
                                 transfer_start_ns: d.transfer_start_ns,
                                 eager_end_ns: d.eager_end_ns,
+                                mid: d.mid,
                             });
                         }
                     }

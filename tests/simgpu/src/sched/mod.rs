@@ -135,6 +135,9 @@ pub struct Entry {
     pub transfer_start_ns: u64,
     /// Communication kernels that transferred before they waited: when that part ended (0: none).
     pub eager_end_ns: u64,
+    /// Communication kernels with a mid span: when it began and ended (0: none).
+    pub mid_start_ns: u64,
+    pub mid_end_ns: u64,
     /// Work left: ns at full speed.
     pub work: f64,
     /// Scratch of the current step: work done per ns.
@@ -245,6 +248,8 @@ pub struct Done {
     /// Communication kernels that transferred from their start before they waited: when that
     /// part ended (None: no such part).
     pub eager_end_ns: Option<u64>,
+    /// Communication kernels busy between that part and the transfer: that span (None: none).
+    pub mid: Option<(u64, u64)>,
 }
 
 /// What [`Sched::predict`] looks for.
@@ -317,6 +322,8 @@ impl Sched {
             end_ns: 0,
             transfer_start_ns: 0,
             eager_end_ns: 0,
+            mid_start_ns: 0,
+            mid_end_ns: 0,
             work: if s.mark || (s.comm && s.with_body) {
                 0.0
             } else {
@@ -460,11 +467,18 @@ impl Sched {
     }
 
     /// A communication kernel's body reports when its transfer begins and how long it takes,
-    /// and how much it transferred from its start before it waited (`eager_ns`, 0: nothing).
-    /// Starts in the past are settled from the residency history. An eager part that has not
-    /// had its time by now (its process was not resident enough) is moved whole into the
-    /// transfer that follows.
-    pub fn report_transfer(&mut self, id: EntryId, start_ns: u64, transfer_ns: u64, eager_ns: u64) {
+    /// and how much it transferred from its start before it waited (`eager_ns`, 0: nothing),
+    /// and a span between the two (`mid`: its start and work, `None`: none). Starts in the past
+    /// are settled from the residency history. A part that has not had its time by now (its
+    /// process was not resident enough) runs from the clock on, before the parts after it.
+    pub fn report_transfer(
+        &mut self,
+        id: EntryId,
+        start_ns: u64,
+        transfer_ns: u64,
+        eager_ns: u64,
+        mid: Option<(u64, u64)>,
+    ) {
         let clock = self.clock_ns;
         let Some(e) = self.entry(id).copied() else {
             return;
@@ -482,7 +496,18 @@ impl Sched {
                 Err(left) => clock.max(e.start_ns) + left.max(0.0).ceil() as u64,
             },
         };
-        let p = start_ns.max(e.start_ns).max(eager_end);
+        let mid = mid.filter(|&(_, ns)| ns > 0).map(|(at, ns)| {
+            let m0 = at.max(e.start_ns).max(eager_end);
+            let end = match self.settle_past(e.slot, m0, clock, ns as f64) {
+                Ok(end) => end,
+                Err(left) => clock.max(m0) + left.max(0.0).ceil() as u64,
+            };
+            (m0, end)
+        });
+        let p = start_ns
+            .max(e.start_ns)
+            .max(eager_end)
+            .max(mid.map_or(0, |m| m.1));
         let work = transfer_ns as f64;
         let settled = if p < clock {
             self.settle_past(e.slot, p, clock, work)
@@ -493,6 +518,7 @@ impl Sched {
         e.kind = COMM_XFER;
         e.transfer_start_ns = p;
         e.eager_end_ns = eager_end;
+        (e.mid_start_ns, e.mid_end_ns) = mid.unwrap_or((0, 0));
         match settled {
             Ok(end) => {
                 e.state = DONE;
@@ -518,6 +544,7 @@ impl Sched {
                 e.transfer_start_ns
             },
             eager_end_ns: (e.eager_end_ns > e.start_ns).then_some(e.eager_end_ns),
+            mid: (e.mid_end_ns > e.mid_start_ns).then_some((e.mid_start_ns, e.mid_end_ns)),
         };
         e.state = FREE;
         Some(d)

@@ -123,7 +123,7 @@ fn a_receive_whose_data_arrived_completes_when_its_process_is_resident_again() {
     s.advance(3 * MS);
     // At 3 ms the data has arrived (a transfer of 100 µs from 2.9 ms): the trainer is not
     // resident, so it completes in its next slice, at 4.05 ms + what is left of the transfer.
-    s.report_transfer(r, 2_900 * US, 100 * US, 0);
+    s.report_transfer(r, 2_900 * US, 100 * US, 0, None);
     let (_, end) = run(&mut s, r);
     assert_eq!(end, 4_025 * US + 25 * US + 100 * US);
     let d = s.entry(side).unwrap();
@@ -137,7 +137,7 @@ fn a_transfer_reported_late_is_settled_from_the_history() {
     // Alone: resident all along; the report comes when the clock is at 5 ms for a transfer that
     // began at 1 ms and took 1 ms.
     s.advance(5 * MS);
-    s.report_transfer(r, MS, MS, 0);
+    s.report_transfer(r, MS, MS, 0, None);
     let d = s.take_done(r).unwrap();
     assert_eq!((d.start_ns, d.transfer_start_ns, d.end_ns), (0, MS, 2 * MS));
     assert_eq!(d.eager_end_ns, None);
@@ -149,7 +149,7 @@ fn a_send_that_filled_its_buffer_transfers_at_its_start_and_again_from_its_recei
     let r = s.submit(&comm(0, 1, 0)).unwrap();
     // 400 µs into its buffer from its start, then (its receiver started at 3 ms) 100 µs more.
     s.advance(5 * MS);
-    s.report_transfer(r, 3 * MS, 100 * US, 400 * US);
+    s.report_transfer(r, 3 * MS, 100 * US, 400 * US, None);
     let d = s.take_done(r).unwrap();
     assert_eq!(
         (d.start_ns, d.eager_end_ns, d.transfer_start_ns, d.end_ns),
@@ -158,7 +158,7 @@ fn a_send_that_filled_its_buffer_transfers_at_its_start_and_again_from_its_recei
     // Its receiver there before the buffer was full: one transfer, from the buffer's end.
     let r = s.submit(&comm(0, 1, 5 * MS)).unwrap();
     s.advance(8 * MS);
-    s.report_transfer(r, 5 * MS + 100 * US, 100 * US, 400 * US);
+    s.report_transfer(r, 5 * MS + 100 * US, 100 * US, 400 * US, None);
     let d = s.take_done(r).unwrap();
     assert_eq!(
         (d.eager_end_ns, d.transfer_start_ns, d.end_ns),
@@ -168,13 +168,41 @@ fn a_send_that_filled_its_buffer_transfers_at_its_start_and_again_from_its_recei
     // time): the fill ends where it would have, and the rest still moves from its receiver's start.
     let r = s.submit(&comm(0, 1, 10 * MS)).unwrap();
     s.advance(10 * MS + 100 * US);
-    s.report_transfer(r, 13 * MS, 100 * US, 400 * US);
+    s.report_transfer(r, 13 * MS, 100 * US, 400 * US, None);
     s.advance(15 * MS);
     let d = s.take_done(r).unwrap();
     assert_eq!(
         (d.eager_end_ns, d.transfer_start_ns, d.end_ns),
         (Some(10_400 * US), 13 * MS, 13_100 * US)
     );
+}
+
+#[test]
+fn a_group_busy_between_its_fill_and_its_transfer_has_a_mid_span() {
+    let mut s = Sched::new(knobs(Mode::Timeslice));
+    let r = s.submit(&comm(0, 1, 0)).unwrap();
+    // Its buffer's fill (400 µs), its send's rest from its receiver's start at 1 ms (1.6 ms),
+    // then its receive's data from 5 ms (2 ms).
+    s.advance(8 * MS);
+    s.report_transfer(r, 5 * MS, 2 * MS, 400 * US, Some((MS, 1_600 * US)));
+    let d = s.take_done(r).unwrap();
+    assert_eq!(
+        (d.eager_end_ns, d.mid, d.transfer_start_ns, d.end_ns),
+        (Some(400 * US), Some((MS, 2_600 * US)), 5 * MS, 7 * MS)
+    );
+    // A mid span that runs into the transfer's start delays it; none of 0 ns is none.
+    let r = s.submit(&comm(0, 1, 10 * MS)).unwrap();
+    s.advance(20 * MS);
+    s.report_transfer(r, 11 * MS, MS, 0, Some((10_500 * US, MS)));
+    let d = s.take_done(r).unwrap();
+    assert_eq!(
+        (d.mid, d.transfer_start_ns, d.end_ns),
+        (Some((10_500 * US, 11_500 * US)), 11_500 * US, 12_500 * US)
+    );
+    let r = s.submit(&comm(0, 1, 30 * MS)).unwrap();
+    s.advance(40 * MS);
+    s.report_transfer(r, 31 * MS, MS, 0, Some((30 * MS, 0)));
+    assert_eq!(s.take_done(r).unwrap().mid, None);
 }
 
 #[test]

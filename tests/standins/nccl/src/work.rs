@@ -1,4 +1,4 @@
-//! What NCCL's kernels do on the simulated GPU (`simgpu::abi::DeviceWork::run`, version 3, on
+//! What NCCL's kernels do on the simulated GPU (`simgpu::abi::DeviceWork::run`, version 4, on
 //! the stream's thread once the kernel has started): post sends, wait (in real time) for receives
 //! and collective peers, and tell the GPU when the transfer begins and how long it takes
 //! (`simgpu::abi::CommKernel`); the GPU ends the kernel (after the transfer has had its time on
@@ -17,9 +17,10 @@
 //!   before it started.
 //! * A group kernel posts all its sends first, then waits for its receives, then for the
 //!   receivers of its sends larger than the buffer; it transfers from its start while its sends
-//!   fill their buffers, then from when the last of its receives' data (and of its large sends'
-//!   receivers) began to arrive until the last of its ops would end (one transfer from its start
-//!   where those overlap, or where it only sends).
+//!   fill their buffers, while its large sends move their rests (from the first of their
+//!   receivers' starts, after its fill, to the last of their ends) and from when the last of its
+//!   receives' data began to arrive until the last of its ops would end: up to three spans
+//!   (`CommKernel`'s eager part, mid span and transfer), joined where they overlap.
 //! * Collective: transfers from max(all ranks' starts) for the transfer time of 2(n-1)/n x bytes.
 use crate::shm::{Mapping, P2P_SLOTS};
 use crate::sync::{futex_wait, futex_wake_all, process_dead};
@@ -132,26 +133,71 @@ fn arrival_end(sent: u64, bytes: u64, recv_start: u64) -> u64 {
     }
 }
 
-/// What one op (or a group kernel) transferred: from its start to `eager_end` (if any), then from
-/// `from` to `end`.
+/// What one op (or a group kernel) transferred: from its start to `eager_end` (if any), over
+/// `mid` (if any), then from `from` to `end`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Transfer {
     eager_end: Option<u64>,
+    mid: Option<(u64, u64)>,
     from: u64,
     end: u64,
 }
 
 impl Transfer {
-    /// A transfer from its start where its eager part runs into the rest.
+    /// Moves nothing.
+    fn none(t0: u64) -> Transfer {
+        Transfer {
+            eager_end: None,
+            mid: None,
+            from: t0,
+            end: t0,
+        }
+    }
+
+    /// A transfer from its start where its eager part runs into what follows.
     fn joined(self, t0: u64) -> Transfer {
+        let next = self.mid.map_or(self.from, |m| m.0);
         match self.eager_end {
-            Some(e) if e >= self.from => Transfer {
-                eager_end: None,
-                from: t0,
-                end: self.end.max(e),
+            Some(e) if e >= next => match self.mid {
+                Some((_, m1)) => Transfer {
+                    eager_end: Some(m1.max(e)),
+                    mid: None,
+                    ..self
+                }
+                .joined(t0),
+                None => Transfer {
+                    eager_end: None,
+                    from: t0,
+                    end: self.end.max(e),
+                    ..self
+                },
             },
             _ => self,
         }
+    }
+}
+
+/// The spans a group's data moves in after its fill: its large sends' rests (each from its
+/// receiver's start) and its receives (from when the last of their data began to arrive), one
+/// span where they overlap, else the earlier as the mid span.
+fn spans(rests: Option<(u64, u64)>, recvs: Option<(u64, u64)>, t0: u64) -> Transfer {
+    let (mid, (from, end)) = match (rests, recvs) {
+        (None, None) => (None, (t0, t0)),
+        (Some(a), None) | (None, Some(a)) => (None, a),
+        (Some(a), Some(b)) => {
+            let (first, second) = if a.0 <= b.0 { (a, b) } else { (b, a) };
+            if first.1 < second.0 {
+                (Some(first), second)
+            } else {
+                (None, (first.0, first.1.max(second.1)))
+            }
+        }
+    };
+    Transfer {
+        eager_end: None,
+        mid,
+        from,
+        end,
     }
 }
 
@@ -173,7 +219,7 @@ pub enum Work {
     },
 }
 
-/// `DeviceWork.run` (version 3): takes ownership of the boxed [`Work`]; answers in `kernel`.
+/// `DeviceWork.run` (version 4): takes ownership of the boxed [`Work`]; answers in `kernel`.
 pub unsafe extern "C" fn run(ctx: *mut c_void, kernel: *mut CommKernel) {
     if ctx.is_null() || kernel.is_null() {
         return;
@@ -183,14 +229,13 @@ pub unsafe extern "C" fn run(ctx: *mut c_void, kernel: *mut CommKernel) {
     // SAFETY: the simulated GPU passes a valid CommKernel it owns for the duration of the call.
     let k = unsafe { &mut *kernel };
     let t0 = k.start_ns;
-    let t = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work.execute(t0))).unwrap_or(
-        Transfer {
-            eager_end: None,
-            from: t0,
-            end: t0,
-        },
-    );
+    let t = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work.execute(t0)))
+        .unwrap_or(Transfer::none(t0));
     k.eager_ns = t.eager_end.map_or(0, |e| e.saturating_sub(t0));
+    if let Some((a, b)) = t.mid {
+        k.mid_start_ns = a;
+        k.mid_ns = b.saturating_sub(a);
+    }
     k.transfer_start_ns = t.from.max(t0);
     k.transfer_ns = t.end.saturating_sub(k.transfer_start_ns);
 }
@@ -219,54 +264,54 @@ impl Work {
                         }
                     }
                 }
-                let mut from = None;
+                // Its receives' data: from when the last of it began to arrive to the last end.
+                let mut recvs: Option<(u64, u64)> = None;
                 for (comm, op) in ops {
                     if let P2p::Recv { peer, seq } = op {
                         match wait_recv(comm, *peer, *seq, t0) {
                             Ok((f, e)) => {
-                                from = from.max(Some(f));
-                                end = end.max(e);
+                                recvs = Some(recvs.map_or((f, e), |(a, b)| (a.max(f), b.max(e))));
                             }
                             Err(e) => comm.fail(e),
                         }
                     }
                 }
+                // Its large sends' rests: each from its receiver's start (after its fill).
+                let mut rests: Option<(u64, u64)> = None;
                 for (comm, peer, seq, bytes) in waiting {
                     match wait_receiver(comm, peer, seq) {
                         Ok(r) => {
-                            from = from.max(Some(r.max(t0)));
-                            end = end.max(arrival_end(t0, bytes, r));
+                            let e = arrival_end(t0, bytes, r);
+                            let fill = transfer_ns(bytes - beyond_buffer(bytes));
+                            let f = r.max(t0 + fill).min(e);
+                            rests = Some(rests.map_or((f, e), |(a, b)| (a.min(f), b.max(e))));
                         }
                         Err(e) => comm.fail(e),
                     }
                 }
-                match from {
-                    None => Transfer {
-                        eager_end: None,
-                        from: t0,
+                if rests.is_none() && recvs.is_none() {
+                    return Transfer {
                         end,
-                    },
-                    Some(from) => Transfer {
-                        eager_end: filled,
-                        from,
-                        end,
-                    }
-                    .joined(t0),
+                        ..Transfer::none(t0)
+                    };
                 }
+                let t = spans(rests, recvs, t0);
+                Transfer {
+                    eager_end: filled,
+                    end: t.end.max(end),
+                    ..t
+                }
+                .joined(t0)
             }
             Work::Coll { comm, seq, bytes } => match collective(comm, *seq, *bytes, t0) {
                 Ok((from, end)) => Transfer {
-                    eager_end: None,
                     from,
                     end,
+                    ..Transfer::none(t0)
                 },
                 Err(e) => {
                     comm.fail(e);
-                    Transfer {
-                        eager_end: None,
-                        from: t0,
-                        end: t0,
-                    }
+                    Transfer::none(t0)
                 }
             },
         }
@@ -555,6 +600,40 @@ mod tests {
             "busy while its send moves, then while its receive's data come"
         );
         answer(recv(&c, 1, 0, 0), late);
+    }
+
+    #[test]
+    fn a_groups_large_send_moves_its_rest_when_its_receiver_comes_not_with_its_receive() {
+        let c = ranks(2, "mid");
+        let t0 = now_ns();
+        // Rank 0: a group sending BIG to rank 1 and receiving from it; rank 1 receives at 2 ms
+        // and sends only at 10 ms.
+        let g = Work::P2p(vec![
+            (
+                c[0].clone(),
+                P2p::Send {
+                    peer: 1,
+                    seq: 0,
+                    bytes: BIG,
+                },
+            ),
+            (c[0].clone(), P2p::Recv { peer: 1, seq: 0 }),
+        ]);
+        let group = std::thread::spawn(move || answer(g, t0));
+        let (r0, late) = (t0 + 2_000_000, t0 + 10_000_000);
+        answer(recv(&c, 1, 0, 0), r0);
+        answer(send(&c, 1, 0, 0, 1_000_000), late);
+        let k = group.join().unwrap();
+        assert_eq!(
+            (k.eager_ns, k.mid_start_ns, k.mid_ns),
+            (FILL_NS, r0, REST_NS),
+            "the fill, then the rest from its receiver's start"
+        );
+        assert_eq!(
+            (k.transfer_start_ns, k.transfer_ns),
+            (late, 100_000),
+            "then its receive's data"
+        );
     }
 
     #[test]
