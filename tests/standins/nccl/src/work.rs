@@ -574,22 +574,27 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_group_fills_its_buffers_at_its_start_and_transfers_again_when_its_receives_come() {
-        let c = ranks(2, "group");
-        let t0 = now_ns();
-        // Rank 0: a group sending 1 MB and receiving what rank 1 sends 5 ms later.
-        let g = Work::P2p(vec![
+    /// Rank 0's group sending `bytes` to rank 1 and receiving from it.
+    fn exchange(c: &Ranks, bytes: u64) -> Work {
+        Work::P2p(vec![
             (
                 c[0].clone(),
                 P2p::Send {
                     peer: 1,
                     seq: 0,
-                    bytes: 1_000_000,
+                    bytes,
                 },
             ),
             (c[0].clone(), P2p::Recv { peer: 1, seq: 0 }),
-        ]);
+        ])
+    }
+
+    #[test]
+    fn a_group_fills_its_buffers_at_its_start_and_transfers_again_when_its_receives_come() {
+        let c = ranks(2, "group");
+        let t0 = now_ns();
+        // Rank 0: a group sending 1 MB and receiving what rank 1 sends 5 ms later.
+        let g = exchange(&c, 1_000_000);
         let group = std::thread::spawn(move || answer(g, t0));
         let late = t0 + 5_000_000;
         answer(send(&c, 1, 0, 0, 2_000_000), late);
@@ -608,17 +613,7 @@ mod tests {
         let t0 = now_ns();
         // Rank 0: a group sending BIG to rank 1 and receiving from it; rank 1 receives at 2 ms
         // and sends only at 10 ms.
-        let g = Work::P2p(vec![
-            (
-                c[0].clone(),
-                P2p::Send {
-                    peer: 1,
-                    seq: 0,
-                    bytes: BIG,
-                },
-            ),
-            (c[0].clone(), P2p::Recv { peer: 1, seq: 0 }),
-        ]);
+        let g = exchange(&c, BIG);
         let group = std::thread::spawn(move || answer(g, t0));
         let (r0, late) = (t0 + 2_000_000, t0 + 10_000_000);
         answer(recv(&c, 1, 0, 0), r0);
