@@ -109,6 +109,8 @@ struct Rest {
     /// A group's receive placed from when its sender began (its data comes then, not at the
     /// group's end, which its send's rest may set).
     received: bool,
+    /// A group's receives' transfer: learnt for what it moves besides its largest send.
+    recv_ns: Option<Ns>,
 }
 
 /// The GPU-level idle window of the timeline.
@@ -497,7 +499,17 @@ impl Timeline {
         if sig.has_send() {
             match self.transfers.estimate(&sig, None) {
                 Some(d) => {
-                    match super::transfer::eager_part(d, sig.largest_send, self.buffer_bytes) {
+                    // A group's large send moves on its own: what an op of its size took bounds
+                    // it better than the whole group's estimate (sends and receives added up).
+                    let alone = |bytes: u64| {
+                        let part = CommSig { bytes, ..sig };
+                        self.transfers.estimate(&part, Some(d)).unwrap_or(d)
+                    };
+                    let d_send = alone(sig.largest_send);
+                    let recv_ns = sig
+                        .has_recv()
+                        .then(|| alone(sig.bytes.saturating_sub(sig.largest_send).max(1)));
+                    match super::transfer::eager_part(d_send, sig.largest_send, self.buffer_bytes) {
                         // Its buffer's share now; the rest once its receiver's kernel runs
                         // ([`Timeline::receiver_began`]), or, with the receiver not seen to
                         // begin (on another node), just before its end.
@@ -505,10 +517,11 @@ impl Timeline {
                             self.add_transfer(t, t + eager, Some((pos, 1)));
                             let rest = Rest {
                                 from: t + eager,
-                                ns: d - eager,
+                                ns: d_send - eager,
                                 pos,
                                 receiver: None,
                                 received: false,
+                                recv_ns,
                             };
                             self.rendezvous.insert(id, rest);
                         }
@@ -553,8 +566,9 @@ impl Timeline {
             return;
         };
         r.received = true;
-        // The group's whole learnt transfer: its fill and its rest.
-        let (a, d, pos) = (t.max(begin), r.from.saturating_sub(begin) + r.ns, r.pos);
+        // Its receives' learnt transfer (its send's, fill and rest, where none is learnt).
+        let d = r.recv_ns.unwrap_or(r.from.saturating_sub(begin) + r.ns);
+        let (a, pos) = (t.max(begin), r.pos);
         self.add_transfer(a, a + d, Some((pos, 2)));
     }
 
@@ -596,6 +610,8 @@ impl Timeline {
             return;
         };
         let (sig, stream, begin, issued, pos) = (op.sig, op.stream, op.begin, op.issued, op.pos);
+        // A group with a send beyond the buffer: its receives move less than the whole group.
+        let recv_ns = self.rendezvous.get(&id).and_then(|r| r.recv_ns);
         // What its partners' begins say of its transfer: at most from the floor to the end (an
         // upper bound, as the learnt estimate is; the smaller one holds: even when every party
         // began, its kernel may start later than its begin record, and nothing moves before it
@@ -648,7 +664,9 @@ impl Timeline {
                     .estimate(&sig, duration)
                     .unwrap_or(t.saturating_sub(issued)),
             );
-            let from = t.saturating_sub(tr).max(begin.unwrap_or(0));
+            // What its receives moved before its end (the whole of it teaches its wait).
+            let moved_last = recv_ns.map_or(tr, |r| r.min(tr));
+            let from = t.saturating_sub(moved_last).max(begin.unwrap_or(0));
             if from < t {
                 self.add_transfer(from, t, Some((pos, 2)));
             } else if self.nothing_moved.len() < MAX_TRANSFERS {

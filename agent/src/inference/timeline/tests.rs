@@ -755,3 +755,59 @@ fn a_groups_receive_moves_when_its_sender_began_not_at_the_groups_end() {
     let b = ended(&mut tl, 1, 175_000);
     assert_eq!(b, vec![(121_000, 160_000), (175_000, 175_200)]);
 }
+
+#[test]
+fn a_groups_large_send_and_its_receives_take_their_own_shares_of_its_transfer() {
+    // Learnt: a 20 MB send alone in 20 µs, a 40 MB group (20 MB each way) in 40 µs.
+    let group = CommSig {
+        kind: CommKind::SendRecv,
+        bytes: 40_000_000,
+        ..big_send()
+    };
+    let mut tl = Timeline::new().with_buffer(5_000_000);
+    learn(&mut tl, big_send(), 20_000);
+    let at = |t: Ns| [t, t + 100, t + 40_100];
+    let [issue, begin, end] = at(30_000);
+    feed(
+        &mut tl,
+        &[
+            Obs::CommIssue {
+                t: issue,
+                id: 50,
+                stream: P2P,
+                sig: group,
+            },
+            Obs::CommBegin {
+                id: 50,
+                t: begin,
+                seen: begin,
+            },
+            Obs::CommEnd {
+                id: 50,
+                t: end,
+                seen: end,
+            },
+            Obs::Launch {
+                t: 100_000,
+                stream: C,
+            },
+            Obs::CommIssue {
+                t: 100_500,
+                id: 1,
+                stream: P2P,
+                sig: group,
+            },
+            Obs::CommBegin {
+                id: 1,
+                t: 101_000,
+                seen: 101_100,
+            },
+        ],
+    );
+    tl.take_closed();
+    // The send's fill is 5 of its own 20 µs (not of the group's 40), its receive 20 µs from its
+    // sender's begin.
+    assert_eq!(tl.open_now().map(|b| b.start), Some(106_000));
+    tl.partners_transferring(1, Some(101_000));
+    assert_eq!(tl.open_now().map(|b| b.start), Some(121_000));
+}
