@@ -26,24 +26,29 @@ fn learn_transfer(tl: &mut Timeline) {
 
 /// Op 100 of `sig`, issued at 10, took `ns` from its begin at 20.
 fn learn(tl: &mut Timeline, sig: CommSig, ns: Ns) {
+    learn_op(tl, 100, 10, sig, ns);
+}
+
+/// Op `id` of `sig`, issued at `t`, took `ns` from its begin 10 ns later.
+fn learn_op(tl: &mut Timeline, id: u64, t: Ns, sig: CommSig, ns: Ns) {
     feed(
         tl,
         &[
             Obs::CommIssue {
-                t: 10,
-                id: 100,
+                t,
+                id,
                 stream: P2P,
                 sig,
             },
             Obs::CommBegin {
-                id: 100,
-                t: 20,
-                seen: 20,
+                id,
+                t: t + 10,
+                seen: t + 10,
             },
             Obs::CommEnd {
-                id: 100,
-                t: 20 + ns,
-                seen: 20 + ns,
+                id,
+                t: t + 10 + ns,
+                seen: t + 10 + ns,
             },
         ],
     );
@@ -658,8 +663,14 @@ fn sending_big(buffer: u64) -> Timeline {
 fn sending(buffer: u64, s: CommSig) -> Timeline {
     let mut tl = Timeline::new().with_buffer(buffer);
     learn(&mut tl, s, 20_000);
+    begin_op_1(&mut tl, s);
+    tl
+}
+
+/// Compute launched at 100 000, then op 1 of `s` issued at 100 500 that began at 101 000.
+fn begin_op_1(tl: &mut Timeline, s: CommSig) {
     feed(
-        &mut tl,
+        tl,
         &[
             Obs::Launch {
                 t: 100_000,
@@ -679,7 +690,6 @@ fn sending(buffer: u64, s: CommSig) -> Timeline {
         ],
     );
     tl.take_closed();
-    tl
 }
 
 #[test]
@@ -766,45 +776,8 @@ fn a_groups_large_send_and_its_receives_take_their_own_shares_of_its_transfer() 
     };
     let mut tl = Timeline::new().with_buffer(5_000_000);
     learn(&mut tl, big_send(), 20_000);
-    let at = |t: Ns| [t, t + 100, t + 40_100];
-    let [issue, begin, end] = at(30_000);
-    feed(
-        &mut tl,
-        &[
-            Obs::CommIssue {
-                t: issue,
-                id: 50,
-                stream: P2P,
-                sig: group,
-            },
-            Obs::CommBegin {
-                id: 50,
-                t: begin,
-                seen: begin,
-            },
-            Obs::CommEnd {
-                id: 50,
-                t: end,
-                seen: end,
-            },
-            Obs::Launch {
-                t: 100_000,
-                stream: C,
-            },
-            Obs::CommIssue {
-                t: 100_500,
-                id: 1,
-                stream: P2P,
-                sig: group,
-            },
-            Obs::CommBegin {
-                id: 1,
-                t: 101_000,
-                seen: 101_100,
-            },
-        ],
-    );
-    tl.take_closed();
+    learn_op(&mut tl, 50, 30_000, group, 40_000);
+    begin_op_1(&mut tl, group);
     // The send's fill is 5 of its own 20 µs (not of the group's 40), its receive 20 µs from its
     // sender's begin.
     assert_eq!(tl.open_now().map(|b| b.start), Some(106_000));
