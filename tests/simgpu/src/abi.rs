@@ -24,7 +24,7 @@
 //!   reuse its parameter buffers as soon as the launch returns. `DeviceWork.ctx` is owned by the
 //!   kernel from launch on; `run` is called exactly once and must free it.
 //!
-//! # Communication kernels: `DeviceWork`, version 3
+//! # Communication kernels: `DeviceWork`, version 4
 //! A communication kernel first *waits* for its peers (a receive for the matching send, a
 //! collective for every rank), then *transfers*. When the kernel has started on the GPU, the
 //! simulated GPU calls `run(ctx, &mut CommKernel)` on the stream's execution thread, with
@@ -34,7 +34,9 @@
 //! time the transfer takes once begun; 0 when the data is already there) and returns at once: it
 //! does not sleep through the transfer. A kernel that transferred before it waited (a send that
 //! filled its buffer, then waited for its receiver) also sets [`CommKernel::eager_ns`]: that part
-//! ran from `start_ns` on. The simulated GPU then ends the kernel once its context
+//! ran from `start_ns` on; one busy again before its transfer (a group's large send moving its
+//! rest before the group's receives' data came) sets [`CommKernel::mid_start_ns`] and
+//! [`CommKernel::mid_ns`]. The simulated GPU then ends the kernel once its context
 //! has been resident on the device for `transfer_ns` from `transfer_start_ns` on; under
 //! time-slicing, while another process holds the device, the transfer does not progress, so a
 //! receive whose data has arrived completes late. Whether the *waiting* part needs the context
