@@ -482,6 +482,7 @@ impl Timeline {
         op.begin = Some(t);
         let (stream, sig, pos) = (op.stream, op.sig, op.pos);
         self.timed.insert(stream);
+        self.pattern.began(pos, t);
         let wait = self.pattern.predict(pos, WAIT).map_or(0, |p| p.shortest_ns);
         self.in_flight.insert(
             id,

@@ -312,3 +312,55 @@ fn nothing_is_predicted_before_anything_was_learnt() {
     assert_eq!(p.ops_per_iteration(), None);
     assert_eq!(p.period_ns(), None);
 }
+
+/// Iterations of four distinct ops 10 ms apart, the bubble at the third op learnt only in
+/// iteration `learnt_in`, the next iteration's begins spaced `stretch` times as far apart: the
+/// prediction there in that next iteration, once its ops up to it began.
+fn replayed_prediction(learnt_in: usize, stretch: f64) -> Prediction {
+    let mut p = Pattern::new();
+    let it = [recv(0), recv(1), sig(CommKind::Send, 2, 4096), ar()];
+    let mut t = 0;
+    let mut last = vec![];
+    for k in 0..=learnt_in {
+        last = feed(&mut p, &mut t, k, &it, |k, j| {
+            (k == learnt_in && j == 2).then_some(8_000_000)
+        });
+        for &i in &last {
+            p.began(i, 10_000_000 * (i + 1));
+        }
+    }
+    let start = 10_000_000 * (last[3] + 2);
+    let ids: Vec<OpIndex> = it.iter().map(|s| p.on_issue(*s, t)).collect();
+    for (j, &i) in ids.iter().enumerate().take(3) {
+        p.began(i, start + (10_000_000.0 * stretch * j as f64) as Ns);
+    }
+    assert_eq!(p.predecessor(ids[2]), Some(last[2]));
+    p.predict(ids[2], 0).expect("learnt one iteration back")
+}
+
+#[test]
+fn a_single_value_is_trusted_while_the_ops_replay_the_iteration_before() {
+    let pr = replayed_prediction(0, 1.01);
+    assert_eq!(pr.expected_ns, 8_000_000);
+    assert!(pr.confidence >= 0.5, "{pr:?}");
+    // One value says little of its spread: the same-bubble band is kept in hand.
+    assert_eq!(pr.spread_ns, 1_600_000);
+}
+
+#[test]
+fn an_iteration_that_does_not_replay_the_one_before_waits_for_a_second_value() {
+    // Its ops 10 % slower (a warm-up first iteration, or noise): one value is not enough.
+    let pr = replayed_prediction(0, 1.10);
+    assert_eq!(pr.expected_ns, 8_000_000);
+    assert!(pr.confidence < 0.5, "{pr:?}");
+}
+
+#[test]
+fn a_bubble_seen_once_at_a_position_seen_often_waits_for_a_second_value() {
+    // Young: the first iteration had no bubble there (as before a job's first op).
+    assert!(replayed_prediction(1, 1.0).confidence >= 0.5);
+    // A bubble that comes now and then at a position seen three times before is no replay.
+    let pr = replayed_prediction(3, 1.0);
+    assert_eq!(pr.expected_ns, 8_000_000);
+    assert!(pr.confidence < 0.5, "{pr:?}");
+}
