@@ -17,7 +17,9 @@ fn run() -> Vec<Value> {
 }
 
 /// The program's run (`args` after the round count), its records. Each all-reduce's transfer
-/// takes about 5 ms (so that it is still in flight when the program queues the wait for it).
+/// takes about 25 ms, so that it is still in flight when the program queues the wait for it even
+/// when the program is descheduled meanwhile (5 ms was not always enough with every test of the
+/// workspace running on two cores).
 fn run_with(args: &[&str], extra: &[(&str, &str)]) -> Vec<Value> {
     // Compiled once per test binary (its tests run in parallel).
     static BIN: OnceLock<PathBuf> = OnceLock::new();
@@ -28,7 +30,7 @@ fn run_with(args: &[&str], extra: &[(&str, &str)]) -> Vec<Value> {
         ("FREERIDE_SIM_DEVICES", "4"),
         ("CUDA_VISIBLE_DEVICES", "3,1"),
         ("FREERIDE_TRACE", trace.to_str().unwrap()),
-        ("FREERIDE_SIM_NCCL_PS_PER_BYTE", "20000"),
+        ("FREERIDE_SIM_NCCL_PS_PER_BYTE", "100000"),
     ];
     env.extend_from_slice(extra);
     let out = bed
