@@ -232,8 +232,9 @@ struct Entry {
     weight: f32,
     t: Ns,
     pred: Option<OpIndex>,
-    /// When its transfer began on the GPU (0: not yet seen).
+    /// When its transfer began and when it ended on the GPU (0: not yet seen).
     began: Ns,
+    ended: Ns,
     /// What this op's own bubbles lasted, once known, with the older values of their chains.
     values: [Option<Values>; PARTS],
 }
@@ -419,6 +420,7 @@ impl Pattern {
             t,
             pred,
             began: 0,
+            ended: 0,
             values: [None; PARTS],
         });
         index
@@ -511,28 +513,37 @@ impl Pattern {
     /// Op `i`'s transfer began at `t` (the GPU's clock; what [`Pattern::predict`] compares with
     /// the ops one lag back, see [`REPLAYED_SEEN`]).
     pub fn began(&mut self, i: OpIndex, t: Ns) {
-        let Some(k) = i.checked_sub(self.first) else {
-            return;
-        };
-        if let Some(e) = self.hist.get_mut(k as usize) {
-            if e.began == 0 {
-                e.began = t.max(1);
-            }
+        if let Some(e) = self.entry_mut(i).filter(|e| e.began == 0) {
+            e.began = t.max(1);
         }
+    }
+
+    /// Op `i` ended at `t` (the GPU's clock; as [`Pattern::began`]).
+    pub fn ended(&mut self, i: OpIndex, t: Ns) {
+        if let Some(e) = self.entry_mut(i).filter(|e| e.ended == 0) {
+            e.ended = t.max(1);
+        }
+    }
+
+    fn entry_mut(&mut self, i: OpIndex) -> Option<&mut Entry> {
+        let k = i.checked_sub(self.first)? as usize;
+        self.hist.get_mut(k)
     }
 
     /// Whether the ops up to op `i` replay the ops one lag before them (the lag of `i`'s
     /// predecessor): the last [`REPLAY_WINDOW`] ops have the keys of the ops that lag before them,
     /// and of those that began, at least [`REPLAY_OPS`] consecutive ones are spaced as theirs were,
     /// to within [`REPLAY_SHARE`] of the spacing plus [`REPLAY_SLACK_NS`], with none that is not
-    /// (ops that begin together, a group's, say nothing).
+    /// (ops that begin together, a group's, say nothing); the same of their ends, where they
+    /// ended (a begin can be the host's pace, a receive posted early; an end is the data's).
     fn replaying(&self, i: OpIndex) -> bool {
         let Some(lag) = self.entry(i).and_then(|e| e.pred).map(|p| i - p) else {
             return false;
         };
-        // (began, began one lag back) of the ops that did, newest first.
+        // (time, time one lag back) of the ops that began, and of those that ended, newest first.
         let mut begun = [(0i64, 0i64); REPLAY_WINDOW as usize + 1];
-        let mut n = 0;
+        let mut ended = begun;
+        let (mut nb, mut ne) = (0, 0);
         for j in (i.saturating_sub(REPLAY_WINDOW)..=i).rev() {
             let (Some(e), Some(o)) = (
                 self.entry(j),
@@ -545,24 +556,32 @@ impl Pattern {
                 return false;
             }
             if e.began != 0 && o.began != 0 {
-                begun[n] = (e.began as i64, o.began as i64);
+                begun[nb] = (e.began as i64, o.began as i64);
+                nb += 1;
+            }
+            if e.ended != 0 && o.ended != 0 {
+                ended[ne] = (e.ended as i64, o.ended as i64);
+                ne += 1;
+            }
+        }
+        let agreed = |v: &[(i64, i64)]| -> Option<u32> {
+            let mut n = 0;
+            for w in v.windows(2) {
+                let (now, before) = (w[0].0 - w[1].0, w[0].1 - w[1].1);
+                if now.unsigned_abs() < REPLAY_TOGETHER_NS
+                    && before.unsigned_abs() < REPLAY_TOGETHER_NS
+                {
+                    continue;
+                }
+                let tol = REPLAY_SHARE * before.unsigned_abs() as f64 + REPLAY_SLACK_NS as f64;
+                if (now - before).unsigned_abs() as f64 > tol {
+                    return None;
+                }
                 n += 1;
             }
-        }
-        let mut agreed = 0;
-        for w in begun[..n].windows(2) {
-            let (now, before) = (w[0].0 - w[1].0, w[0].1 - w[1].1);
-            if now.unsigned_abs() < REPLAY_TOGETHER_NS && before.unsigned_abs() < REPLAY_TOGETHER_NS
-            {
-                continue;
-            }
-            let tol = REPLAY_SHARE * before.unsigned_abs() as f64 + REPLAY_SLACK_NS as f64;
-            if (now - before).unsigned_abs() as f64 > tol {
-                return false;
-            }
-            agreed += 1;
-        }
-        agreed >= REPLAY_OPS
+            Some(n)
+        };
+        agreed(&begun[..nb]).is_some_and(|n| n >= REPLAY_OPS) && agreed(&ended[..ne]).is_some()
     }
 
     /// How many times op `i`'s position came before it (its chain of predecessors, counted up

@@ -611,6 +611,7 @@ impl Timeline {
             return;
         };
         let (sig, stream, begin, issued, pos) = (op.sig, op.stream, op.begin, op.issued, op.pos);
+        self.pattern.ended(pos, t);
         // A group with a send beyond the buffer: its receives move less than the whole group.
         let recv_ns = self.rendezvous.get(&id).and_then(|r| r.recv_ns);
         // What its partners' begins say of its transfer: at most from the floor to the end (an

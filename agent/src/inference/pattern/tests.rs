@@ -313,10 +313,11 @@ fn nothing_is_predicted_before_anything_was_learnt() {
     assert_eq!(p.period_ns(), None);
 }
 
-/// Iterations of four distinct ops 10 ms apart, the bubble at the third op learnt only in
-/// iteration `learnt_in`, the next iteration's begins spaced `stretch` times as far apart: the
-/// prediction there in that next iteration, once its ops up to it began.
-fn replayed_prediction(learnt_in: usize, stretch: f64) -> Prediction {
+/// Iterations of four distinct ops 10 ms apart, each transferring 2 ms, the bubble at the third
+/// op learnt only in iteration `learnt_in`, the next iteration's begins spaced `stretch` times as
+/// far apart as before and its op `slow` (if any) taking 6 ms: the prediction there in that next
+/// iteration, once its ops up to it began and those before it ended.
+fn replayed(learnt_in: usize, stretch: f64, slow: Option<usize>) -> Prediction {
     let mut p = Pattern::new();
     let it = [recv(0), recv(1), sig(CommKind::Send, 2, 4096), ar()];
     let mut t = 0;
@@ -327,15 +328,31 @@ fn replayed_prediction(learnt_in: usize, stretch: f64) -> Prediction {
         });
         for &i in &last {
             p.began(i, 10_000_000 * (i + 1));
+            p.ended(i, 10_000_000 * (i + 1) + 2_000_000);
         }
     }
     let start = 10_000_000 * (last[3] + 2);
     let ids: Vec<OpIndex> = it.iter().map(|s| p.on_issue(*s, t)).collect();
     for (j, &i) in ids.iter().enumerate().take(3) {
-        p.began(i, start + (10_000_000.0 * stretch * j as f64) as Ns);
+        let b = start + (10_000_000.0 * stretch * j as f64) as Ns;
+        p.began(i, b);
+        if j < 2 {
+            p.ended(
+                i,
+                b + if slow == Some(j) {
+                    6_000_000
+                } else {
+                    2_000_000
+                },
+            );
+        }
     }
     assert_eq!(p.predecessor(ids[2]), Some(last[2]));
     p.predict(ids[2], 0).expect("learnt one iteration back")
+}
+
+fn replayed_prediction(learnt_in: usize, stretch: f64) -> Prediction {
+    replayed(learnt_in, stretch, None)
 }
 
 #[test]
@@ -363,4 +380,12 @@ fn a_bubble_seen_once_at_a_position_seen_often_waits_for_a_second_value() {
     let pr = replayed_prediction(3, 1.0);
     assert_eq!(pr.expected_ns, 8_000_000);
     assert!(pr.confidence < 0.5, "{pr:?}");
+}
+
+#[test]
+fn ops_that_begin_as_before_but_end_otherwise_are_no_replay() {
+    // A receive posted early begins at the host's pace; its data came 4 ms later than before.
+    let pr = replayed(0, 1.0, Some(1));
+    assert!(pr.confidence < 0.5, "{pr:?}");
+    assert!(replayed(0, 1.0, None).confidence >= 0.5);
 }
