@@ -38,6 +38,23 @@ fn warn_if_other_version(path: &Path, b: &GrantBlock) {
     }
 }
 
+/// The (device, inode) of the last grant file reported unusable, so that each is said once.
+static REPORTED_UNUSABLE: AtomicU64 = AtomicU64::new(0);
+
+/// A grant file the gate cannot use (another owner, a mode that lets others open it, too short)
+/// reads as CLOSED: the side task is held, never ungoverned. Says why once per file on stderr, so a
+/// held side task is not silent about it (slow path of a side task).
+fn warn_unusable(path: &Path, e: &std::io::Error, id: (u64, u64)) {
+    let key = (id.0 << 40 ^ id.1).max(1);
+    if REPORTED_UNUSABLE.swap(key, Ordering::Relaxed) != key {
+        eprintln!(
+            "freeride gate: cannot use the grant block {}: {e}; launches are held until a block \
+             this user owns, mode 0600 (as `freeride agent` makes it), is there",
+            path.display()
+        );
+    }
+}
+
 pub const RECHECK_NS: u64 = 100_000_000;
 
 /// One GPU's block: the current mapping (leaked, never unmapped) and when the file was last
@@ -133,9 +150,13 @@ fn recheck(gpu: usize, now: u64) {
                 return;
             }
             // Leaked on purpose: readers on other threads may still hold the old block.
-            let m = GrantMap::open(&path, false)
-                .ok()
-                .map_or(std::ptr::null_mut(), |m| Box::into_raw(Box::new(m)));
+            let m = match GrantMap::open(&path, false) {
+                Ok(m) => Box::into_raw(Box::new(m)),
+                Err(e) => {
+                    warn_unusable(&path, &e, id);
+                    std::ptr::null_mut()
+                }
+            };
             v.map.store(m, Ordering::Release);
             if let Some(b) = block(v) {
                 warn_if_other_version(&path, b);

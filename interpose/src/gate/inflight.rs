@@ -245,6 +245,35 @@ pub fn retire(d: Option<&Drv>, now: u64, mut learn: impl FnMut(u64, u64)) -> InF
 }
 
 /// Fork child: the parent's events are not ours; everything is free, the pool is made again.
+/// One line per launch in flight (state, tracked, stream, estimate, and what the driver says of its
+/// events now), for `FREERIDE_GATE_VERBOSE=1` when a launch has been held long (cold: a side task's
+/// waiting path, never a trainer's).
+pub fn describe(d: Option<&Drv>) -> String {
+    let mut out = String::new();
+    for (i, e) in TABLE.iter().enumerate() {
+        let st = e.state.load(Ordering::Acquire);
+        if st == FREE {
+            continue;
+        }
+        let gpu = e.gpu.load(Ordering::Relaxed) as usize;
+        let tracked = e.tracked.load(Ordering::Relaxed);
+        let q = |end: bool| match d {
+            // SAFETY: a pool event of this slot (or null: the driver answers an error).
+            Some(d) if tracked == 1 => unsafe { (d.event_query)(event(gpu, i, end)) },
+            _ => -1,
+        };
+        out.push_str(&format!(
+            " [slot {i}: {} tracked={tracked} stream={:#x} est_us={} query(start)={} query(end)={}]",
+            if st == ARMED { "armed" } else { "reserved" },
+            e.stream.load(Ordering::Relaxed),
+            e.est_ns.load(Ordering::Relaxed) / 1000,
+            q(false),
+            if st == ARMED { q(true) } else { -1 },
+        ));
+    }
+    out
+}
+
 pub fn reset_after_fork() {
     for e in TABLE.iter() {
         e.state.store(FREE, Ordering::Relaxed);

@@ -432,6 +432,31 @@ fn set_timer_slack() {
 }
 
 /// Sleeps `ns`.
+/// With `FREERIDE_GATE_VERBOSE=1`, a launch held this long says why on stderr, and again as often.
+const HELD_REPORT_NS: u64 = 1_000_000_000;
+
+/// Why a launch is still held, with the gate's launches in flight (`FREERIDE_GATE_VERBOSE=1`;
+/// cold: it allocates and writes to stderr, on a side task's waiting path only).
+#[cold]
+fn report_held(hold: &Hold, waited_ns: u64) {
+    let why = match hold {
+        Hold::Closed(..) => "grant closed",
+        Hold::NoBlock => "no grant block",
+        Hold::Work => "grant open, the launch does not fit beside the work in flight",
+    };
+    let d = drv::get();
+    let dev = caller_device();
+    let g = grant::now(dev, now_ns(), config().map_or(0, |c| c.stale_ns), u64::MAX);
+    eprintln!(
+        "freeride gate: a launch held {} ms ({why}); GPU {dev}: grant open={} until_in_us={} budget_us={}; in flight:{}",
+        waited_ns / 1_000_000,
+        g.open,
+        (g.open_until_ns as i64 - now_ns() as i64) / 1000,
+        g.budget_ns / 1000,
+        inflight::describe(d),
+    );
+}
+
 fn sleep_ns(ns: u64) {
     let ts = freeride_abi::timespec(ns);
     // SAFETY: clock_nanosleep reads the timespec we own; a NULL remainder is allowed.
@@ -444,6 +469,11 @@ fn wait_until_admitted(mut decide: impl FnMut(u64, u64) -> Decision) -> Option<u
     let t0 = now_ns();
     let mut now = t0;
     let mut held = false;
+    let mut report_at = if config().is_some_and(|c| c.verbose) {
+        t0 + HELD_REPORT_NS
+    } else {
+        u64::MAX
+    };
     loop {
         let hold = match decide(now, now - t0) {
             Decision::Admit(slot) => {
@@ -458,6 +488,10 @@ fn wait_until_admitted(mut decide: impl FnMut(u64, u64) -> Decision) -> Option<u
         if !held {
             held = true;
             HELD.fetch_add(1, Ordering::Relaxed);
+        }
+        if now >= report_at {
+            report_held(&hold, now - t0);
+            report_at = now + HELD_REPORT_NS;
         }
         if now - t0 < SPIN_NS {
             for _ in 0..64 {

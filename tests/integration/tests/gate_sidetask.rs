@@ -459,3 +459,64 @@ fn a_held_sidetask_sleeps_until_a_grant_opens() {
     );
     assert_eq!(lat.len(), 10, "a grant passed without a kernel: {ks:?}");
 }
+
+/// Found on a real GPU (2026-12-04): a grant block that group or others may open (the GPU check's
+/// Python stand-in made it 0644) is refused by the gate, which then held the side task for ever
+/// without a word. It is still refused, but the side task says why, once; with
+/// `FREERIDE_GATE_VERBOSE=1` a launch held for a second says what holds it; and once the block is
+/// made usable the side task runs.
+#[test]
+fn a_grant_block_others_may_open_holds_the_sidetask_and_says_why() {
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let bed = Bed::new("grant-mode");
+    let w = Arc::new(GrantWriter::create(&bed.session, freeride_tests::gpu(0)).unwrap());
+    let _hb = heart(&w);
+    w.open_for(60_000 * MS, 0, 0);
+    let path = w.path().to_path_buf();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut child = cmd(
+        &bed,
+        "sidetask",
+        &["loop", &KERNEL_US.to_string()],
+        &[("FREERIDE_GATE_VERBOSE", "1")],
+    )
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let pid = child.id();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "side task did not start");
+    std::thread::sleep(Duration::from_millis(1300));
+    assert_eq!(
+        bed.kernels(pid).len(),
+        0,
+        "a side task ran under a grant block others may open"
+    );
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let mut err = child.stderr.take().unwrap();
+    kill(child);
+    let mut text = String::new();
+    err.read_to_string(&mut text).unwrap();
+    assert!(
+        text.contains("cannot use the grant block") && text.contains("mode 644"),
+        "the side task did not say why it is held: {text}"
+    );
+    assert_eq!(
+        text.matches("cannot use the grant block").count(),
+        1,
+        "said more than once: {text}"
+    );
+    assert!(
+        text.contains("a launch held") && text.contains("no grant block"),
+        "no report of the held launch: {text}"
+    );
+    assert!(
+        !bed.kernels(pid).is_empty(),
+        "the side task did not run once the block was usable"
+    );
+}
