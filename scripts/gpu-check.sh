@@ -16,7 +16,7 @@
 # stdout; with $OUT set, results/ (all JSON, the table, logs) are copied to $OUT/gpu-check/.
 #
 # Environment: PYTHON (default python3), FREERIDE_BIN (default <repo>/target/release),
-#   GPU_CHECK_BUDGET_S (default 450), GPU_CHECK_SKIP (comma list of: coverage,hook_cost,sdk_tasks,
+#   GPU_CHECK_BUDGET_S (default 450), GPU_CHECK_SKIP (comma list of: coverage,hook_cost,hook_bench,sdk_tasks,gate_probe,
 #   gating_default,gating_mps), GPU_CHECK_WORK (work folder; default a new /tmp/freeride-gpucheck.XXXXXX).
 set -u -o pipefail
 
@@ -73,13 +73,14 @@ mps_stop() {
 copy_out() {
     [ -n "${OUT:-}" ] || return 0
     mkdir -p "$OUT/gpu-check" 2>/dev/null || return 0
-    cp -r "$RES" "$OUT/gpu-check/" 2>/dev/null
-    # logs and small per-configuration files (no profiler traces, no big event traces)
-    (cd "$WORK" && find . -path ./results -prune -o -type f \( -name '*.log' -o -name '*.json' -o -name '*.steps' \
-        -o -name '*.txt' \) ! -name 'prof-*' -size -4M -print0 2>/dev/null | while IFS= read -r -d '' f; do
-            mkdir -p "$OUT/gpu-check/work/$(dirname "$f")" && cp "$f" "$OUT/gpu-check/work/$f"
-        done)
-    log "results copied to \$OUT/gpu-check"
+    # The device tool brings back at most 8 files: the summary apart, everything else in one archive
+    # (every result JSON, and the logs and small per-configuration files: no profiler traces, no big
+    # event traces).
+    cp "$RES/summary.json" "$RES/summary.md" "$OUT/gpu-check/" 2>/dev/null
+    (cd "$WORK" && find . -path ./triton-cache -prune -o -type f \( -name '*.log' -o -name '*.json' \
+        -o -name '*.steps' -o -name '*.txt' -o -name '*.md' \) ! -name 'prof-*' -size -4M -print0 2>/dev/null \
+        | tar -czf "$OUT/gpu-check/results.tar.gz" --null -T - 2>/dev/null)
+    log "results copied to \$OUT/gpu-check (summary.json, summary.md, results.tar.gz)"
 }
 
 cleanup() {
@@ -198,8 +199,34 @@ if [ -e "$WORK/coverage-raw.json" ]; then
 fi
 
 # ---------------------------------------------------------------- 2. hook cost
-step hook_cost 110 "$PY" "$GPU/hook_cost.py" orchestrate --bin "$BIN" --python "$PY" --out "$RES/hook_cost.json" \
-    --workdir "$WORK/hook" --session-root "$SESS" --reps 3 --deadline "$(dl 100)"
+# launch_bench.c: the host cost of cuLaunchKernel on the real driver, 1/2/4 threads, without and with
+# freeride (built here: the GPU host has a C compiler; skipped where it has none).
+LAUNCH_BENCH=""
+if command -v cc >/dev/null 2>&1 && cc -O2 -o "$WORK/launch_bench" "$GPU/launch_bench.c" -ldl -lpthread \
+    >"$WORK/launch_bench-build.log" 2>&1; then
+    LAUNCH_BENCH="$WORK/launch_bench"
+else
+    log "hook_cost: launch_bench not built (no cc?): see launch_bench-build.log"
+fi
+step hook_cost "${GPU_CHECK_HOOK_TIMEOUT:-130}" "$PY" "$GPU/hook_cost.py" orchestrate --bin "$BIN" --python "$PY" \
+    --out "$RES/hook_cost.json" --workdir "$WORK/hook" --session-root "$SESS" --reps "${GPU_CHECK_HOOK_REPS:-3}" \
+    --conds "${GPU_CHECK_HOOK_CONDS:-off,on}" --steps "${GPU_CHECK_HOOK_STEPS:-50}" --cpus "${GPU_CHECK_HOOK_CPUS:-2-9}" \
+    ${LAUNCH_BENCH:+--launch-bench "$LAUNCH_BENCH"} --deadline "$(dl "${GPU_CHECK_HOOK_TIMEOUT:-130}")"
+
+# ---------------------------------------------------------------- 2b. the hook alone, on this host's CPU
+# scripts/bench-hook from prebuilt files ($BIN/bench/: bench_hook, libcuda.so.1 built from
+# tests/cprogs/bench_drv.c, and $BIN/libfreeride.so): per-launch overhead with 1, 2 and 4 threads and the
+# hook clock (whether this host's kernel lets the TSC be trusted). No GPU work; seconds.
+if [ -x "$BIN/bench/bench_hook" ] && [ -e "$BIN/bench/libcuda.so.1" ]; then
+    mkdir -p "$WORK/hook_bench"
+    cp "$BIN/libfreeride.so" "$WORK/hook_bench/" 2>/dev/null
+    cp "$BIN/bench/bench_hook" "$BIN/bench/libcuda.so.1" "$WORK/hook_bench/" 2>/dev/null
+    step hook_bench 60 env FREERIDE_BENCH_PREBUILT="$WORK/hook_bench" FREERIDE_BENCH_CALLGRIND=0 \
+        sh -c '"$1" >"$2"' sh "$ROOT/scripts/bench-hook" "$RES/hook_bench.json"
+else
+    log "hook_bench: skipped (no $BIN/bench/bench_hook carried)"
+    echo '{"skipped": true, "why": "not carried"}' >"$RES/step-hook_bench.json"
+fi
 
 # ---------------------------------------------------------------- SDK side tasks on the GPU
 # The SDK's examples and the Python package's PyTorch example, standalone, a few steps each: their
@@ -239,10 +266,16 @@ json.dump(res, open(out, "w"), indent=1)
 sys.exit(0 if all(r.get("rc") == 0 and (r.get("summary") or {}).get("state") == "finished" for r in res.values()) else 1)
 PY
 
+# ---------------------------------------------------------------- 3a. the gate alone
+# The gated PyTorch side task with its grant held open by this script (no trainer, no agent), then
+# held closed: it must step when open and not when closed (gate_probe.py).
+step gate_probe 60 "$PY" "$GPU/gate_probe.py" --bin "$BIN" --python "$PY" --out "$RES/gate_probe.json" \
+    --workdir "$WORK/gate_probe" --session-root "$SESS"
+
 # ---------------------------------------------------------------- 3. gating, default time-slicing
-step gating_default 150 "$PY" "$GPU/gating.py" --mode default --bin "$BIN" --python "$PY" \
-    --out "$RES/gating_default.json" --workdir "$WORK/gating" --session-root "$SESS" --deadline "$(dl 140)" \
-    --configs alone,side_alone,gated_agent,gated_standin,ungated
+step gating_default 190 "$PY" "$GPU/gating.py" --mode default --bin "$BIN" --python "$PY" \
+    --out "$RES/gating_default.json" --workdir "$WORK/gating" --session-root "$SESS" --deadline "$(dl 180)" \
+    --configs "${GPU_CHECK_GATING_CONFIGS:-alone,side_alone,gated_agent,gated_standin,ungated,alone_stall,gated_agent_stall}"
 
 # ---------------------------------------------------------------- 3b. gating under MPS
 case "$SKIP" in *",gating_mps,"*) echo '{"started": false, "why": "GPU_CHECK_SKIP"}' >"$RES/mps.json" ;; *)

@@ -207,7 +207,9 @@ class GrantWriter:
         if create or not os.path.exists(path):
             d = os.path.dirname(path) or "."
             tmp = os.path.join(d, ".grant.tmp-py-%d" % os.getpid())
-            with open(tmp, "wb") as f:
+            # 0600, as the agent makes it: readers refuse a block that group or others may open
+            fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            with os.fdopen(fd, "wb") as f:
                 f.write(b"\0" * GRANT_SIZE)
             self._map(tmp)
             self.i[I_VERSION] = 2

@@ -11,7 +11,12 @@ trainer`, i.e. observed, so the comparison isolates the side task's effect):
   gated_standin  trainer writing the grant block itself (Python stand-in for the agent, opening
                  grants exactly in its known gaps) + the gated side task: tests the interposer's
                  gate independently of the agent's inference;
-  ungated        trainer + agent + the same side task without freeride (naive co-location).
+  ungated        trainer + agent + the same side task without freeride (naive co-location);
+  alone_stall,   the same trainer with a host stall of --stall-ms after each iteration (a data
+  gated_agent_stall  loader's: the GPU idle, the host outside CUDA), alone, then with the gated side
+                 task and the real agent: the agent's long-pause grants (a single-channel self-copy
+                 transfers, so the agent rightly sees no bubble in it; a stall is the one idle time
+                 one GPU can show it).
 For each: trainer iteration/busy/gap times (p50/p90), side-task steps/s and TFLOP/s inside the
 trainer's measurement window, grants seen (a sampler of GPU 0's grant block), the gate's own counters
 (FREERIDE_GATE_VERBOSE=1 line), and the agent's status (bubbles found).
@@ -34,7 +39,7 @@ from common import log, now_ns, write_json, read_json  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GATE_RE = re.compile(r"freeride gate: admitted=(\d+) held=(\d+) wait_ms=([\d.]+) inflight_max=(\d+) starved=(\d+)")
-KINDS = ("alone", "side_alone", "gated_agent", "gated_standin", "ungated")
+KINDS = ("alone", "side_alone", "gated_agent", "gated_standin", "ungated", "alone_stall", "gated_agent_stall")
 
 
 def clean_env(extra=None):
@@ -103,10 +108,10 @@ class Runner:
         sess = common.make_session_dir(os.path.join(a.session_root, name))
         grant_path = common.grant_path_of(sess, 0)
         res = {"kind": kind, "errors": []}
-        uses_agent = kind in ("alone", "gated_agent", "ungated")
+        uses_agent = kind in ("alone", "gated_agent", "ungated", "alone_stall", "gated_agent_stall")
         has_trainer = kind != "side_alone"
-        gated = kind in ("gated_agent", "gated_standin")
-        n_side = 0 if kind == "alone" else a.sidetasks
+        gated = kind in ("gated_agent", "gated_standin", "gated_agent_stall")
+        n_side = 0 if kind in ("alone", "alone_stall") else a.sidetasks
         res["agent"] = ("freeride agent" if uses_agent else
                         "python stand-in (trainer writes GPU 0's grant block)" if kind == "gated_standin" else "none")
         agent = None
@@ -159,6 +164,8 @@ class Runner:
                         cmd += [flag, str(self.calib[key])]
                 if kind == "gated_standin":
                     cmd += ["--standin-grant", grant_path]
+                if kind.endswith("_stall"):
+                    cmd += ["--stall-ms", str(a.stall_ms)]
                 tmo = min(a.config_timeout, self.left() - 15)
                 if tmo < 20:
                     raise RuntimeError("out of time")
@@ -262,6 +269,7 @@ def main():
     ap.add_argument("--max-seconds", type=float, default=8.0)
     ap.add_argument("--compute-ms", type=float, default=20.0)
     ap.add_argument("--gap-ms", type=float, default=15.0)
+    ap.add_argument("--stall-ms", type=float, default=50.0, help="host stall per iteration of the *_stall configs")
     ap.add_argument("--side-window-s", type=float, default=3.0)
     args = ap.parse_args()
     kinds = [k for k in args.configs.split(",") if k]
@@ -284,12 +292,12 @@ def main():
         write_json(args.out, out)
     # comparisons
     c = out["configs"]
-    alone = (c.get("alone") or {}).get("trainer")
     side_alone = (c.get("side_alone") or {}).get("side_steps_per_s")
     cmp_ = {}
-    for k in ("gated_agent", "gated_standin", "ungated"):
+    for k in ("gated_agent", "gated_standin", "ungated", "gated_agent_stall"):
         x = c.get(k) or {}
         tr = x.get("trainer")
+        alone = (c.get("alone_stall" if k.endswith("_stall") else "alone") or {}).get("trainer")
         row = {}
         if alone and tr:
             for m in ("iter_ms", "busy_ms"):
@@ -304,6 +312,7 @@ def main():
         if row:
             cmp_[k] = row
     out["comparison"] = cmp_
+    alone = (c.get("alone") or {}).get("trainer")
     if alone and alone.get("iter_ms", {}).get("p50"):
         out["trainer_idle_share"] = (alone["gap_ms"]["p50"] or 0) / alone["iter_ms"]["p50"]
     failed = [k for k, v in c.items() if v.get("status") != "ok"]

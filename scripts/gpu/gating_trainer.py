@@ -23,6 +23,10 @@ gaps): it opens a grant when its compute has drained (host waits on an event rec
 compute phase; the exchange is already queued, so the GPU timeline is the same) until
 now + gap estimate - guard, and closes it when the exchange has finished.
 
+--stall-ms X: after each iteration the host sleeps X ms (a data loader's stall: the GPU idle, the
+host outside CUDA), which the agent may fill with its long-pause grants; the bubble is then the
+stall, not the exchange (a single-channel self-copy transfers: the agent counts it busy).
+
 Output (--out): iteration/busy/gap times of the measured iterations and the measurement window
 [t0_ns, t1_ns] in CLOCK_MONOTONIC ns.
 """
@@ -51,6 +55,7 @@ def main():
     ap.add_argument("--gap-est-ns", type=int, default=0, help="GPU time of the exchange (0: measure)")
     ap.add_argument("--max-gap-gib", type=float, default=4.0)
     ap.add_argument("--standin-grant", default="", help="write this grant block (agent stand-in)")
+    ap.add_argument("--stall-ms", type=float, default=0.0, help="host stall after each iteration (ms)")
     ap.add_argument("--guard-us", type=float, default=1000.0, help="stand-in grant closes this long before the gap's end")
     args = ap.parse_args()
 
@@ -176,6 +181,8 @@ def main():
             grant_ns.append(now_ns() - g0)
         else:
             e2.synchronize()
+        if args.stall_ms > 0:
+            time.sleep(args.stall_ms / 1000.0)
         h1 = now_ns()
         if i >= args.warmup:
             host_iter_ns.append(h1 - h0)

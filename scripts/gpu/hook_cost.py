@@ -11,7 +11,9 @@ python, no LD_PRELOAD) and with it (`freeride run --role trainer`, observe only,
 `hook_cost.py child`: one such measurement (needs torch).
 """
 import argparse
+import json
 import os
+import shutil
 import sys
 import time
 
@@ -46,6 +48,11 @@ def child(args):
         per_launch.append((time.perf_counter_ns() - t0) / args.tiny_launches)
     res["tiny_ns_per_launch_rounds"] = per_launch
     res["tiny_ns_per_launch"] = median(per_launch)
+    if args.steps <= 0:
+        write_json(args.out, res)
+        log("hook_cost child (freeride %s): tiny %.0f ns/launch" % (
+            "on" if res["freeride_loaded"] else "off", res["tiny_ns_per_launch"]))
+        return 0
 
     # transformer block training step
     layer = torch.nn.TransformerEncoderLayer(d_model=1024, nhead=16, dim_feedforward=4096, dropout=0.0,
@@ -80,9 +87,17 @@ def child(args):
 
 def aggregate(res):
     """Medians over the runs so far (called after every run: a kill leaves partial results)."""
-    by = {"off": [r for r in res["runs"] if r["cond"] == "off"], "on": [r for r in res["runs"] if r["cond"] == "on"]}
+    conds = ["off", "on"] + [c for c in res.get("conds", []) if c not in ("off", "on")]
+    by = {c: [r for r in res["runs"] if r["cond"] == c] for c in conds}
     tiny = {c: median([r["tiny_ns_per_launch"] for r in v]) for c, v in by.items()}
-    step = {c: median([r["step_ms"] for r in v]) for c, v in by.items()}
+    step = {c: median([r["step_ms"] for r in v if "step_ms" in r]) for c, v in by.items()}
+    lb = {}
+    for r in res.get("launch_bench_runs", []):
+        for row in r["rows"]:
+            lb.setdefault(r["cond"], {}).setdefault(row["threads"], []).append(row["ns_per_launch"])
+    if lb:
+        res["launch_bench_ns"] = {c: {"%d_threads" % k: median(v) for k, v in sorted(t.items())}
+                                  for c, t in lb.items()}
     res["tiny_ns_per_launch"] = tiny
     res["step_ms"] = step
     if tiny["off"] and tiny["on"]:
@@ -94,10 +109,54 @@ def aggregate(res):
         offs = [r["step_ms"] for r in by["off"]]
         res["step_noise_pct"] = 100.0 * (max(offs) - min(offs)) / median(offs) if len(offs) > 1 else None
         res["pass"] = res["step_overhead_pct"] < 0.5
-        res["status"] = "partial" if res["errors"] or len(res["runs"]) < 2 * res["reps"] else "ok"
+        res["status"] = "partial" if res["errors"] or len(res["runs"]) < len(conds) * res["reps"] else "ok"
+    elif tiny["off"] and tiny["on"] and not any("step_ms" in r for r in res["runs"]):
+        res["status"] = "partial" if res["errors"] else "ok"  # tiny launches only (--steps 0)
+        res["pass"] = None
     else:
         res["status"] = "failed"
         res["pass"] = False
+
+
+# Conditions besides off (plain) and on (`freeride run --role trainer`), for telling apart where a
+# cost comes from: the library loaded but recording off; the hook clock on clock_gettime; no GPU-side
+# timing of communication (no comm threads).
+COND_ENV = {
+    "disabled": {"FREERIDE_DISABLE": "1"},
+    "monotonic": {"FREERIDE_CLOCK": "monotonic"},
+    "no_comm_timing": {"FREERIDE_COMM_TIMING": "0"},
+}
+
+
+def pinned(args):
+    """`taskset -c CPUS` where asked for and available: every measured process on the same cores
+    (on the GPU host, unpinned runs of the same program differed by up to 1 µs a launch)."""
+    if args.cpus and shutil.which("taskset"):
+        return ["taskset", "-c", args.cpus]
+    return []
+
+
+def run_launch_bench(args, res, rep, cond, freeride, sess, env_plain):
+    """One run of launch_bench (host ns per cuLaunchKernel on the real driver, 1/2/4 threads)."""
+    cmd = [args.launch_bench]
+    if cond == "on":
+        cmd = [freeride, "run", "--role", "trainer", "--dir", sess, "--"] + cmd
+    cmd = pinned(args) + cmd
+    log_path = os.path.join(args.workdir, "launch-bench-%d-%s.log" % (rep, cond))
+    rc, secs, tl = common.run_child("launch-bench-%d-%s" % (rep, cond), cmd, log_path, 60, env=env_plain)
+    rows = []
+    for line in tl.splitlines():
+        if line.startswith("{"):
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                pass
+    if rc != 0 or not rows:
+        res["errors"].append("launch_bench rep %d %s: rc=%s: %s" % (rep, cond, rc, tl[-600:]))
+        return
+    res.setdefault("launch_bench_runs", []).append({"rep": rep, "cond": cond, "rows": rows})
+    log("launch_bench %s: %s" % (cond, ", ".join("%d threads %.0f ns" % (r["threads"], r["ns_per_launch"])
+                                                   for r in rows)))
 
 
 def orchestrate(args):
@@ -121,8 +180,13 @@ def orchestrate(args):
             agent = None
         child_args = ["child", "--tiny-launches", str(args.tiny_launches), "--tiny-rounds", str(args.tiny_rounds),
                       "--steps", str(args.steps), "--rounds", str(args.rounds), "--warmup", str(args.warmup)]
+        conds = args.conds.split(",")
+        res["conds"] = conds
         for rep in range(args.reps):
-            order = ["off", "on"] if rep % 2 == 0 else ["on", "off"]
+            order = conds if rep % 2 == 0 else conds[::-1]
+            if args.launch_bench:
+                for cond in ("off", "on") if rep % 2 == 0 else ("on", "off"):
+                    run_launch_bench(args, res, rep, cond, freeride, sess, env_plain)
             for cond in order:
                 left = args.deadline - time.time() if args.deadline else 1e9
                 if left < 20:
@@ -130,17 +194,20 @@ def orchestrate(args):
                     break
                 out = os.path.join(args.workdir, "hook-%d-%s.json" % (rep, cond))
                 cmd = [args.python, here] + child_args + ["--out", out]
-                if cond == "on":
+                env = dict(env_plain)
+                if cond != "off":
                     cmd = [freeride, "run", "--role", "trainer", "--dir", sess, "--"] + cmd
+                    env.update(COND_ENV.get(cond, {}))
+                cmd = pinned(args) + cmd
                 rc, secs, tl = common.run_child("hook-%d-%s" % (rep, cond), cmd,
                                                 os.path.join(args.workdir, "hook-%d-%s.log" % (rep, cond)),
-                                                min(args.child_timeout, left - 10), env=env_plain)
+                                                min(args.child_timeout, left - 10), env=env)
                 r = read_json(out) if rc == 0 else None
                 if r is None:
                     res["errors"].append("rep %d %s: rc=%s after %.0f s: %s" % (rep, cond, rc, secs, tl[-800:]))
                     continue
                 r.update({"rep": rep, "cond": cond, "seconds": secs})
-                if r.get("freeride_loaded") != (cond == "on"):
+                if r.get("freeride_loaded") != (cond != "off"):
                     res["errors"].append("rep %d %s: freeride_loaded=%s" % (rep, cond, r.get("freeride_loaded")))
                 res["runs"].append(r)
                 aggregate(res)
@@ -181,6 +248,12 @@ def main():
     o.add_argument("--steps", type=int, default=50)
     o.add_argument("--rounds", type=int, default=3)
     o.add_argument("--warmup", type=int, default=10)
+    o.add_argument("--conds", default="off,on",
+                   help="comma list from: off, on, " + ", ".join(sorted(COND_ENV)) + " (on and the others: under "
+                        "`freeride run --role trainer`, with these environment variables)")
+    o.add_argument("--cpus", default="", help="run every measured process under `taskset -c CPUS`")
+    o.add_argument("--launch-bench", default="",
+                   help="a built launch_bench.c: also run it without and with freeride in every repetition")
     args = ap.parse_args()
     return child(args) if args.cmd == "child" else orchestrate(args)
 

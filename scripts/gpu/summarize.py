@@ -59,8 +59,16 @@ def compact(summary, full_path):
                      "nccl_pass": (cov.get("nccl_events") or {}).get("pass")}
     h = P.get("hook_cost") or {}
     c["hook_cost"] = {"status": h.get("status"), "tiny_ns_per_launch": h.get("tiny_ns_per_launch"),
+                      "launch_bench_ns": h.get("launch_bench_ns"),
                       "tiny_hook_ns": r(h.get("tiny_hook_ns"), 1), "step_ms": h.get("step_ms"),
                       "step_overhead_pct": r(h.get("step_overhead_pct")), "step_noise_pct": r(h.get("step_noise_pct"))}
+    gp = read_json(os.path.join(os.path.dirname(full_path), "gate_probe.json")) or {}
+    c["gate_probe"] = {"pass": gp.get("pass"),
+                       "runs": [{k: r.get(k) for k in ("grant", "steps", "steps_per_s", "rc", "stuck")}
+                                for r in gp.get("runs", [])]} if gp else None
+    hb = read_json(os.path.join(os.path.dirname(full_path), "hook_bench.json")) or {}
+    c["hook_bench"] = {k: hb.get(k) for k in ("overhead_ns_1_thread", "overhead_ns_2_threads",
+                                               "overhead_ns_4_threads", "clock", "dropped")} if hb else None
     for key in ("gating_default", "gating_mps"):
         g = P.get(key) or {}
         out = {"status": g.get("status")}
