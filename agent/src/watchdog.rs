@@ -394,7 +394,7 @@ mod tests {
         let size = ring::file_size(cap);
         let mut mem = vec![Line([0; 64]); size.div_ceil(64)];
         // SAFETY: `mem` holds at least file_size(cap) bytes, 64-aligned, and outlives the view.
-        let v = unsafe { RingView::new(mem.as_mut_ptr() as *mut u8, Geometry { capacity: cap }) };
+        let v = unsafe { RingView::new(mem.as_mut_ptr() as *mut u8, Geometry::single(cap)) };
         v.initialize(pid, Role::Sidetask as u32, start_ns);
         // SAFETY: the same `size` bytes of `mem`, initialized above.
         let bytes = unsafe { std::slice::from_raw_parts(mem.as_ptr() as *const u8, size) };

@@ -72,7 +72,7 @@ fn resolve(ordinal: i32) -> GpuId {
     if rt::active_now() {
         let uuid = d.uuid(ordinal).unwrap_or([0; 16]);
         rt::push(&Record {
-            t_ns: rt::now_ns(),
+            t_ns: rt::declaration_ns(),
             kind: Kind::DeviceInfo as u8,
             api: Api::None as u16,
             device: gpu.field(),

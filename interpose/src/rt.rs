@@ -21,6 +21,16 @@ pub const OFF: u8 = 4;
 pub static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 static SHM_BASE: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
 static SHM_CAP: AtomicU64 = AtomicU64::new(0);
+/// Lanes of the process's ring ([`freeride_abi::ring`]; set before [`SHM_BASE`] is published).
+static SHM_LANES: AtomicU32 = AtomicU32::new(1);
+/// The ring view's geometry ([`RingView::parts`]: a lane's slot mask; log2 of a lane's slots |
+/// lane mask << 8), set with [`SHM_LANES`]: a push rebuilds its view from them.
+static SHM_MASK: AtomicU64 = AtomicU64::new(0);
+static SHM_SHIFTS: AtomicU32 = AtomicU32::new(0);
+/// The next launching thread's lane (round robin over all lanes but the last).
+static NEXT_LANE: AtomicU32 = AtomicU32::new(0);
+/// `t_ns` of this process's [`Kind::ProcessStart`] record (0: none yet).
+static START_RECORD_NS: AtomicU64 = AtomicU64::new(0);
 static SHM_REPORTED_DROPS: AtomicU64 = AtomicU64::new(0);
 static PID: AtomicU32 = AtomicU32::new(0);
 /// The pid of the process whose thread last began [`init`].
@@ -52,6 +62,8 @@ pub struct Thread {
     /// Side tasks only: in-flight slot + 1 of the launch the gate just admitted (0 = none); its
     /// completion event is recorded when the hook's guard is dropped, after the real launch.
     pub gate_slot: Cell<u32>,
+    /// Lane + 1 of the process's ring this thread pushes to (0: not given one yet).
+    pub lane: Cell<u32>,
     /// The hook clock's anchor ([`freeride_abi::clock`]).
     pub clock: ThreadClock,
 }
@@ -71,6 +83,7 @@ thread_local! {
             group_queued: Cell::new(0),
             in_nccl: Cell::new(0),
             gate_slot: Cell::new(0),
+            lane: Cell::new(0),
             clock: ThreadClock::new(),
         }
     };
@@ -158,9 +171,11 @@ fn shm_view() -> Option<RingView> {
     if base.is_null() {
         return None;
     }
-    let cap = SHM_CAP.load(Ordering::Relaxed) as u32;
-    // SAFETY: base maps file_size(cap) bytes for the life of the process (never unmapped).
-    Some(unsafe { RingView::new(base, Geometry { capacity: cap }) })
+    let shifts = SHM_SHIFTS.load(Ordering::Relaxed);
+    let parts = (SHM_MASK.load(Ordering::Relaxed), shifts & 0xff, shifts >> 8);
+    // SAFETY: base maps the ring for the life of the process (never unmapped); parts are those of
+    // the view made over it when it was created, stored before base was published (Acquire above).
+    Some(unsafe { RingView::from_parts(base, parts) })
 }
 
 /// Publishes the side-task gate's status in this process's ring header (no ring: nothing).
@@ -188,22 +203,67 @@ pub fn set_ring_feature(bit: u32, on: bool) -> bool {
     }
 }
 
-/// Pushes a complete record to the shared ring and the trace ring. No lock, no system call.
+/// Pushes a complete record to the shared ring (the calling thread's lane) and the trace ring. No
+/// lock, no system call.
 #[inline(always)]
 pub fn push(rec: &Record) {
+    let lane = THREAD.try_with(lane_of).unwrap_or_else(|_| service_lane());
+    push_lane(lane, rec);
+}
+
+#[inline(always)]
+fn push_lane(lane: u32, rec: &Record) {
     if let Some(v) = shm_view() {
-        if v.push(rec) {
+        if v.push_lane(lane, rec) {
             let d = v.header().dropped.load(Ordering::Relaxed);
             if d != SHM_REPORTED_DROPS.load(Ordering::Relaxed) {
-                report_drops(v, d);
+                report_drops(v, d, lane);
             }
         }
     }
     trace::push(rec);
 }
 
+/// The lane of the process's ring the thread pushes to: its own while there are lanes for every
+/// launching thread (so that threads launching at once on different cores share no cursor), the
+/// last lane being the comm threads' ([`set_service_lane`]).
+#[inline(always)]
+fn lane_of(t: &Thread) -> u32 {
+    let l = t.lane.get();
+    if l != 0 {
+        return l - 1;
+    }
+    assign_lane(t)
+}
+
 #[cold]
-fn report_drops(v: RingView, d: u64) {
+#[inline(never)]
+fn assign_lane(t: &Thread) -> u32 {
+    let n = SHM_LANES.load(Ordering::Relaxed);
+    let lane = if n <= 1 {
+        0
+    } else {
+        NEXT_LANE.fetch_add(1, Ordering::Relaxed) % (n - 1)
+    };
+    // Kept once the ring (and so its lanes) exists; before, asked again.
+    if !SHM_BASE.load(Ordering::Acquire).is_null() {
+        t.lane.set(lane + 1);
+    }
+    lane
+}
+
+fn service_lane() -> u32 {
+    SHM_LANES.load(Ordering::Relaxed).saturating_sub(1)
+}
+
+/// The calling thread (one of freeride's comm threads) pushes to the ring's last lane, leaving the
+/// others to the threads that launch.
+pub fn set_service_lane() {
+    let _ = THREAD.try_with(|t| t.lane.set(service_lane() + 1));
+}
+
+#[cold]
+fn report_drops(v: RingView, d: u64, lane: u32) {
     let prev = SHM_REPORTED_DROPS.swap(d, Ordering::Relaxed);
     if d > prev {
         let r = Record {
@@ -213,7 +273,7 @@ fn report_drops(v: RingView, d: u64) {
             device: PROC_GPU.load(Ordering::Relaxed),
             ..Default::default()
         };
-        v.push(&r);
+        v.push_lane(lane, &r);
     }
 }
 
@@ -292,6 +352,17 @@ pub fn gpu_of(ordinal: i32) -> i32 {
     crate::gpus::of_ordinal(ordinal).field()
 }
 
+/// The `t_ns` of a record that declares something for the whole life of the process (a GPU's
+/// [`Kind::DeviceInfo`]): just after the process's start record, so that the reader, which merges a
+/// ring's lanes in time order, hands it out before every record of another thread that names what
+/// it declares. Now, before there is a start record.
+pub fn declaration_ns() -> u64 {
+    match START_RECORD_NS.load(Ordering::Relaxed) {
+        0 => now_ns(),
+        t => t + 1,
+    }
+}
+
 /// Forget the thread's device (the context changed).
 pub fn invalidate_device() {
     let _ = THREAD.try_with(|t| t.dev.set(-2));
@@ -357,19 +428,22 @@ fn push_on(
     flags: u8,
     p: [u64; 3],
 ) {
-    push(&Record {
-        t_ns,
-        kind: kind as u8,
-        flags,
-        api: api as u16,
-        device,
-        tid: tid(t),
-        aux,
-        stream,
-        p0: p[0],
-        p1: p[1],
-        p2: p[2],
-    });
+    push_lane(
+        lane_of(t),
+        &Record {
+            t_ns,
+            kind: kind as u8,
+            flags,
+            api: api as u16,
+            device,
+            tid: tid(t),
+            aux,
+            stream,
+            p0: p[0],
+            p1: p[1],
+            p2: p[2],
+        },
+    );
 }
 
 /// Marks the calling thread as inside a hooked NCCL call until dropped: launches recorded meanwhile
@@ -490,9 +564,11 @@ fn init() {
         let cap = SHM_CAP.load(Ordering::Relaxed);
         // SAFETY: getppid has no preconditions.
         let ppid = unsafe { libc::getppid() } as u64;
+        let t0 = now_ns();
+        START_RECORD_NS.store(t0, Ordering::Relaxed);
         let _ = THREAD.try_with(|t| {
             push(&Record {
-                t_ns: now_ns(),
+                t_ns: t0,
                 kind: Kind::ProcessStart as u8,
                 api: Api::None as u16,
                 device: -1,
@@ -530,11 +606,21 @@ fn do_init() -> u8 {
             .and_then(|v| v.parse().ok())
             .unwrap_or(ring::DEFAULT_CAPACITY as u64),
     );
+    let lanes = ring::clamp_lanes(
+        cap,
+        std::env::var(env::RING_LANES)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(ring::DEFAULT_LANES as u64),
+    );
     let dir = session::resolve_dir();
     match session::validate_dir(&dir) {
         Ok(()) => {
-            if let Some(base) = create_ring(&dir, pid, role, start, cap) {
+            if let Some((base, parts)) = create_ring(&dir, pid, role, start, cap, lanes) {
                 SHM_CAP.store(cap as u64, Ordering::Relaxed);
+                SHM_LANES.store(lanes, Ordering::Relaxed);
+                SHM_MASK.store(parts.0, Ordering::Relaxed);
+                SHM_SHIFTS.store(parts.1 | parts.2 << 8, Ordering::Relaxed);
                 SHM_REPORTED_DROPS.store(0, Ordering::Relaxed);
                 SHM_BASE.store(base, Ordering::Release);
             }
@@ -567,14 +653,16 @@ fn yield_cpu_to_trainer() {
 /// Maps a new ring file `ring-<pid>-<start>.ring` (0600), initialized before it appears under
 /// that name: it is built as `ring-<pid>-<start>.staging` and then hard-linked to the final name
 /// (a reader that lists the directory between `open` and `ftruncate` would otherwise find an
-/// empty file and refuse it for good).
+/// empty file and refuse it for good). Returns its mapping and its view's geometry
+/// ([`RingView::parts`]).
 fn create_ring(
     dir: &std::path::Path,
     pid: u32,
     role: Role,
     start: u64,
     cap: u32,
-) -> Option<*mut u8> {
+    lanes: u32,
+) -> Option<(*mut u8, (u64, u32, u32))> {
     use std::os::unix::ffi::OsStrExt;
     let cpath = |name: String| std::ffi::CString::new(dir.join(name).as_os_str().as_bytes()).ok();
     let size = ring::file_size(cap);
@@ -621,7 +709,15 @@ fn create_ring(
             return None;
         }
         // SAFETY: map covers file_size(cap) bytes, page aligned.
-        let v = unsafe { RingView::new(map as *mut u8, Geometry { capacity: cap }) };
+        let v = unsafe {
+            RingView::new(
+                map as *mut u8,
+                Geometry {
+                    capacity: cap,
+                    lanes,
+                },
+            )
+        };
         v.initialize(pid, role as u32, stamp);
         // SAFETY: both are valid paths; link(2) never replaces an existing file.
         let linked = unsafe { libc::link(staging.as_ptr(), fin.as_ptr()) } == 0;
@@ -630,7 +726,7 @@ fn create_ring(
         unsafe { libc::unlink(staging.as_ptr()) };
         if linked {
             // The mapping stays for the life of the process: the ring is never unmapped.
-            return Some(map as *mut u8);
+            return Some((map as *mut u8, v.parts()));
         }
         // SAFETY: map/size come from the successful mmap above; nothing else refers to it.
         unsafe { libc::munmap(map, size) };
@@ -658,11 +754,15 @@ fn register_handlers() {
 extern "C" fn atfork_child() {
     SHM_BASE.store(std::ptr::null_mut(), Ordering::Release);
     SHM_CAP.store(0, Ordering::Relaxed);
+    START_RECORD_NS.store(0, Ordering::Relaxed);
     PROC_GPU.store(-1, Ordering::Relaxed);
     crate::gpus::reset_after_fork();
     // The forking thread (the child's only one) asks for its GPU again: the child's ring gets
     // its own DeviceInfo before a record names it.
     invalidate_device();
+    // ...and its lane of the child's ring, the first one handed out there.
+    NEXT_LANE.store(0, Ordering::Relaxed);
+    let _ = THREAD.try_with(|t| t.lane.set(0));
     crate::waits::reset_after_fork();
     trace::reset_after_fork();
     comm::reset_after_fork();

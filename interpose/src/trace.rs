@@ -65,14 +65,7 @@ pub fn init(pid: u32) {
         return;
     }
     // SAFETY: map covers file_size(TRACE_CAPACITY) bytes and is never unmapped.
-    let view = unsafe {
-        RingView::new(
-            map as *mut u8,
-            Geometry {
-                capacity: TRACE_CAPACITY,
-            },
-        )
-    };
+    let view = unsafe { RingView::new(map as *mut u8, Geometry::single(TRACE_CAPACITY)) };
     view.initialize(pid, 0, now_ns());
     let t: &'static Trace = Box::leak(Box::new(Trace {
         fd,

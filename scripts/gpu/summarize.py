@@ -68,7 +68,8 @@ def compact(summary, full_path):
                                 for r in gp.get("runs", [])]} if gp else None
     hb = read_json(os.path.join(os.path.dirname(full_path), "hook_bench.json")) or {}
     c["hook_bench"] = {k: hb.get(k) for k in ("overhead_ns_1_thread", "overhead_ns_2_threads",
-                                               "overhead_ns_4_threads", "clock", "dropped")} if hb else None
+                                               "overhead_ns_4_threads", "overhead_ns_one_lane", "clock",
+                                               "dropped")} if hb else None
     for key in ("gating_default", "gating_mps"):
         g = P.get(key) or {}
         out = {"status": g.get("status")}

@@ -1,6 +1,7 @@
 //! `scripts/bench-hook`'s measuring program (run under `LD_PRELOAD=libfreeride.so`): the cost of
 //! one hooked launch against the same call direct, with 1, 2 and 4 threads launching into the
-//! process's one ring, and the hook clock's cost, all in one run. Prints one JSON object.
+//! process's ring (each thread into its lane while there are lanes), and the hook clock's cost,
+//! all in one run. Prints one JSON object.
 //!
 //! * direct: `bench_real_launch` of the trivial driver (`tests/cprogs/bench_drv.c`, loaded as
 //!   `libcuda.so.1`), a name freeride does not hook; hooked: `dlsym(handle, "cuLaunchKernel")`,
@@ -16,9 +17,10 @@
 //!   with this process's own calibration; `abi_clock` says whether it reached the TSC) and
 //!   `clock_gettime(CLOCK_MONOTONIC)` (the hook's clock before), per read.
 //!
-//! * A phase of 4 threads fits in the ring (`FREERIDE_RING_CAPACITY=1048576` >= 4 x 200000), so a
-//!   consumer that falls behind while 4 launching threads hold both cores never turns pushes into
-//!   (cheaper) drops.
+//! * A phase of 4 threads fits in its lanes (`FREERIDE_RING_CAPACITY=2097152`: 4 lanes of 524288
+//!   records, at least 2 x 200000; with the default lanes, 3 for launching threads and 1 for comm
+//!   threads, two of 4 launching threads share one), so a consumer that falls behind while 4
+//!   launching threads hold both cores never turns pushes into (cheaper) drops.
 //!
 //! Usage: bench_hook [launches per thread per round (default 200000)] [rounds (default 15)]
 //!        bench_hook --count N   (N direct then N hooked calls on one thread, no consumer: for

@@ -36,10 +36,11 @@ pub use gpu::GpuId;
 
 /// Layout version of the ring (header + slots + record words). Bumped on any incompatible change
 /// (a reader refuses a ring of another version, naming both): 2 = the `device` of every record
-/// and of the header is the physical GPU ([`gpu::GpuId`]), no longer the process's ordinal.
+/// and of the header is the physical GPU ([`gpu::GpuId`]), no longer the process's ordinal; 3 = the
+/// slots are split into lanes (header word `lanes` at 52, lanes' cursors at 1024: [`ring`]).
 /// Kinds are only ever appended within a version; a reader skips (counts as invalid) a kind it
 /// does not know, and the agent ignores kinds it does not translate.
-pub const RING_LAYOUT_VERSION: u32 = 2;
+pub const RING_LAYOUT_VERSION: u32 = 3;
 
 /// Environment variables read by the interposer and set by `freeride run`.
 pub mod env {
@@ -52,6 +53,9 @@ pub mod env {
     /// Ring capacity in records (power of two, clamped to [`crate::ring::MIN_CAPACITY`]..=
     /// [`crate::ring::MAX_CAPACITY`]; default [`crate::ring::DEFAULT_CAPACITY`]).
     pub const RING_CAPACITY: &str = "FREERIDE_RING_CAPACITY";
+    /// Lanes the process ring is split into (power of two, 1 to [`crate::ring::MAX_LANES`];
+    /// default [`crate::ring::DEFAULT_LANES`]): a launching thread's own queue each.
+    pub const RING_LANES: &str = "FREERIDE_RING_LANES";
     /// `0` disables the GPU-side communication timing (driver events + poller thread).
     pub const COMM_TIMING: &str = "FREERIDE_COMM_TIMING";
     /// `0`: stream waits on communication are recorded but not timed on the GPU (no

@@ -6,12 +6,22 @@
 //! [`RingReader::set_stuck_timeout`]. Nothing in the file's contents can make the reader read out
 //! of bounds, loop forever or panic.
 //!
+//! A ring of several lanes ([`crate::ring`]: a launching thread's own queue each) is read as one
+//! sequence: each poll drains every lane, then hands out the records in time order (`t_ns`) while
+//! keeping each lane's own order, up to the time the poll began. A record stamped after that (its
+//! thread was pushing while the lanes were read) waits for the next poll, so that one pushed a
+//! moment later into a lane already read cannot come out before it; what comes after a record
+//! causally (a communication op's GPU-side begin after its issue) is stamped later and comes later.
+//! A record pushed late (its thread descheduled between its clock read and its push) comes when it
+//! comes, as it did through one queue.
+//!
 //! Threat model: the session directory is 0700 and ring files must be owned by the reader's uid.
 //! Shrinking a mapped file (which would raise SIGBUS) needs the same uid, which could also just
 //! kill the agent, so it is outside the model.
 use crate::event::Decoded;
 use crate::ring::{Geometry, Pop, RingView, HEADER_SIZE, RING_MAGIC, SLOT_SIZE, STATE_EXITED};
 use crate::{Role, RING_LAYOUT_VERSION};
+use std::collections::VecDeque;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -78,17 +88,25 @@ pub struct PollStats {
     pub skipped: u64,
 }
 
+/// The reader's state of one lane.
+struct Lane {
+    cursor: u64,
+    /// (cursor, since when) of a slot reserved and not committed yet.
+    pending_since: Option<(u64, u64)>,
+    /// Drained and not handed out yet (stamped after the poll began), in the lane's order.
+    held: VecDeque<Decoded>,
+}
+
 pub struct RingReader {
     path: PathBuf,
     map: *mut libc::c_void,
     len: usize,
     view: RingView,
-    cursor: u64,
+    lanes: Vec<Lane>,
     pid: u32,
     role: Option<Role>,
     start_ns: u64,
     capacity: u32,
-    pending_since: Option<(u64, u64)>,
     stuck_timeout_ns: u64,
 }
 
@@ -159,7 +177,7 @@ impl RingReader {
         };
         // Read the header through a minimal view (capacity 1 covers only the header words).
         // SAFETY: the mapping holds at least HEADER_SIZE bytes and is page aligned.
-        let hv = unsafe { RingView::new(map as *mut u8, Geometry { capacity: 1 }) };
+        let hv = unsafe { RingView::new(map as *mut u8, Geometry::single(1)) };
         let h = hv.header();
         if h.magic.load(Ordering::Acquire) != RING_MAGIC {
             return unmap(OpenError::BadMagic);
@@ -171,6 +189,7 @@ impl RingReader {
         let hs = h.header_size.load(Ordering::Relaxed);
         let ss = h.slot_size.load(Ordering::Relaxed);
         let cap = h.capacity.load(Ordering::Relaxed);
+        let lanes = h.lanes.load(Ordering::Relaxed);
         if hs as usize != HEADER_SIZE || ss as usize != SLOT_SIZE {
             return unmap(OpenError::Invalid(format!(
                 "header_size {hs}, slot_size {ss}"
@@ -180,6 +199,14 @@ impl RingReader {
             || !(crate::ring::MIN_CAPACITY..=crate::ring::MAX_CAPACITY).contains(&cap)
         {
             return unmap(OpenError::Invalid(format!("capacity {cap}")));
+        }
+        if !lanes.is_power_of_two()
+            || lanes > crate::ring::MAX_LANES
+            || cap / lanes < crate::ring::MIN_LANE_CAPACITY
+        {
+            return unmap(OpenError::Invalid(format!(
+                "{lanes} lanes of a {cap}-slot ring"
+            )));
         }
         if crate::ring::file_size(cap) > len {
             return unmap(OpenError::Invalid(format!(
@@ -199,19 +226,32 @@ impl RingReader {
             }
         }
         // SAFETY: validated: the mapping holds file_size(cap) bytes and stays mapped until drop.
-        let view = unsafe { RingView::new(map as *mut u8, Geometry { capacity: cap }) };
-        let cursor = view.header().tail.load(Ordering::Acquire);
+        let view = unsafe {
+            RingView::new(
+                map as *mut u8,
+                Geometry {
+                    capacity: cap,
+                    lanes,
+                },
+            )
+        };
+        let lanes = (0..lanes)
+            .map(|l| Lane {
+                cursor: view.tail_of(l),
+                pending_since: None,
+                held: VecDeque::new(),
+            })
+            .collect();
         Ok(RingReader {
             path: path.to_path_buf(),
             map,
             len,
             view,
-            cursor,
+            lanes,
             pid,
             role,
             start_ns,
             capacity: cap,
-            pending_since: None,
             stuck_timeout_ns: 200_000_000,
         })
     }
@@ -253,17 +293,54 @@ impl RingReader {
         self.info().exited || !crate::session::pid_alive(self.pid)
     }
 
-    /// Pops up to `max` events into `out`.
+    /// Pops up to `max` events into `out` (in time order across lanes, see the module docs).
     pub fn poll(&mut self, max: usize, out: &mut Vec<Decoded>) -> PollStats {
         let mut st = PollStats::default();
-        while (st.records + st.invalid + st.skipped) < max as u64 {
-            match self.view.pop(&mut self.cursor) {
+        if self.lanes.len() == 1 {
+            // One queue: its order is the order.
+            let mut taken = 0;
+            self.drain(0, max, &mut taken, &mut st, &mut |d| out.push(d));
+            st.records = taken as u64;
+            return st;
+        }
+        let began = crate::now_ns();
+        let mut taken: usize = self.lanes.iter().map(|l| l.held.len()).sum();
+        // The comm threads' lane (the last) first: a GPU-side begin or end read there was pushed
+        // after the issue it reports on, which is then in its lane by the time that is read.
+        for lane in (0..self.lanes.len()).rev() {
+            let mut held = std::mem::take(&mut self.lanes[lane].held);
+            self.drain(lane, max, &mut taken, &mut st, &mut |d| held.push_back(d));
+            self.lanes[lane].held = held;
+        }
+        let before = out.len();
+        self.merge(began, out);
+        if self.lanes.iter().any(|l| !l.held.is_empty()) && self.writer_gone() {
+            // Nothing more will come: what was held goes now.
+            self.merge(u64::MAX, out);
+        }
+        st.records = (out.len() - before) as u64;
+        st
+    }
+
+    /// Pops lane `lane` into `put` while `*taken` (records popped, held ones counted) is below
+    /// `max`; counts invalid and skipped records in `st` and popped ones in `taken`.
+    fn drain(
+        &mut self,
+        lane: usize,
+        max: usize,
+        taken: &mut usize,
+        st: &mut PollStats,
+        put: &mut dyn FnMut(Decoded),
+    ) {
+        let l = lane as u32;
+        while (*taken as u64 + st.invalid + st.skipped) < max as u64 {
+            match self.view.pop_lane(l, &mut self.lanes[lane].cursor) {
                 Pop::Record(r) => {
-                    self.pending_since = None;
+                    self.lanes[lane].pending_since = None;
                     match Decoded::from_record(&r) {
                         Some(d) => {
-                            st.records += 1;
-                            out.push(d);
+                            *taken += 1;
+                            put(d);
                         }
                         None => st.invalid += 1,
                     }
@@ -271,24 +348,41 @@ impl RingReader {
                 Pop::Empty => break,
                 Pop::Pending => {
                     let now = crate::now_ns();
-                    match self.pending_since {
-                        Some((pos, since)) if pos == self.cursor => {
+                    let cursor = self.lanes[lane].cursor;
+                    match self.lanes[lane].pending_since {
+                        Some((pos, since)) if pos == cursor => {
                             if now.saturating_sub(since) >= self.stuck_timeout_ns
                                 || self.writer_gone()
                             {
-                                self.view.skip(&mut self.cursor);
-                                self.pending_since = None;
+                                self.view.skip(l, &mut self.lanes[lane].cursor);
+                                self.lanes[lane].pending_since = None;
                                 st.skipped += 1;
                                 continue;
                             }
                         }
-                        _ => self.pending_since = Some((self.cursor, now)),
+                        _ => self.lanes[lane].pending_since = Some((cursor, now)),
                     }
                     break;
                 }
             }
         }
-        st
+    }
+
+    /// Hands out the held records stamped at or before `upto`, earliest first, each lane in its
+    /// own order (a lane's next record waits while an earlier one of its lane is held).
+    fn merge(&mut self, upto: u64, out: &mut Vec<Decoded>) {
+        loop {
+            let next = self
+                .lanes
+                .iter()
+                .enumerate()
+                .filter_map(|(i, l)| l.held.front().map(|d| (d.t_ns, i)))
+                .min();
+            match next {
+                Some((t, i)) if t <= upto => out.extend(self.lanes[i].held.pop_front()),
+                _ => return,
+            }
+        }
     }
 }
 
@@ -340,9 +434,130 @@ mod tests {
         };
         assert_ne!(m, libc::MAP_FAILED);
         // SAFETY: m maps file_size(cap) bytes; leaked for the test's duration.
-        let v = unsafe { RingView::new(m as *mut u8, Geometry { capacity: cap }) };
+        let v = unsafe { RingView::new(m as *mut u8, Geometry::single(cap)) };
         v.initialize(7, 0, 9);
         (p, v)
+    }
+
+    /// A ring of `lanes` lanes made like the interposer's, by this (live) process.
+    fn make_lanes(dir: &Path, cap: u32, lanes: u32) -> (PathBuf, RingView) {
+        let pid = std::process::id();
+        let p = dir.join(crate::session::ring_file_name(pid, 9));
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&p)
+            .unwrap();
+        f.set_len(crate::ring::file_size(cap) as u64).unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: mapping the file we just sized.
+        let m = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                crate::ring::file_size(cap),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(m, libc::MAP_FAILED);
+        // SAFETY: m maps file_size(cap) bytes; leaked for the test's duration.
+        let v = unsafe {
+            RingView::new(
+                m as *mut u8,
+                Geometry {
+                    capacity: cap,
+                    lanes,
+                },
+            )
+        };
+        v.initialize(pid, 0, 9);
+        (p, v)
+    }
+
+    fn at(t: u64) -> Record {
+        Record {
+            t_ns: t,
+            kind: Kind::Launch as u8,
+            api: Api::CuLaunchKernel as u16,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn lanes_come_out_in_time_order_each_in_its_own_order() {
+        let d = tmpdir("lanes");
+        let (p, w) = make_lanes(&d, 4096, 4);
+        let mut r = RingReader::open(&p).unwrap();
+        for t in [10, 40, 70] {
+            w.push_lane(0, &at(t));
+        }
+        for t in [20, 50] {
+            w.push_lane(1, &at(t));
+        }
+        // A lane whose own order is not its times' (a comm thread reporting GPU times): kept.
+        for t in [60, 30] {
+            w.push_lane(3, &at(t));
+        }
+        let mut out = vec![];
+        let st = r.poll(100, &mut out);
+        assert_eq!(st.records, 7);
+        let ts: Vec<u64> = out.iter().map(|d| d.t_ns).collect();
+        assert_eq!(ts, [10, 20, 40, 50, 60, 30, 70]);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_record_stamped_after_the_poll_began_waits_for_the_next() {
+        let d = tmpdir("lanes-late");
+        let (p, w) = make_lanes(&d, 4096, 4);
+        let mut r = RingReader::open(&p).unwrap();
+        let later = crate::now_ns() + 60_000_000_000;
+        w.push_lane(0, &at(later));
+        w.push_lane(0, &at(5));
+        w.push_lane(1, &at(7));
+        let mut out = vec![];
+        // Lane 0's second record waits behind its first; lane 1's goes.
+        assert_eq!(r.poll(100, &mut out).records, 1);
+        assert_eq!(out[0].t_ns, 7);
+        assert_eq!(
+            r.poll(100, &mut out).records,
+            0,
+            "held while its writer lives"
+        );
+        // Its writer gone, what was held goes, in the lane's order.
+        w.header()
+            .state
+            .store(crate::ring::STATE_EXITED, Ordering::Relaxed);
+        assert_eq!(r.poll(100, &mut out).records, 2);
+        assert_eq!(out[1].t_ns, later);
+        assert_eq!(out[2].t_ns, 5);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_stuck_slot_of_one_lane_is_skipped_and_the_others_go_on() {
+        let d = tmpdir("lanes-stuck");
+        let (p, w) = make_lanes(&d, 4096, 4);
+        let mut r = RingReader::open(&p).unwrap();
+        r.set_stuck_timeout(1_000_000);
+        // Lane 2: slot 0 reserved and never committed, a record committed after it.
+        w.head(2).store(1, Ordering::Relaxed);
+        w.push_lane(2, &at(2));
+        w.push_lane(1, &at(3));
+        let mut out = vec![];
+        let st = r.poll(10, &mut out);
+        assert_eq!((st.records, st.skipped), (1, 0), "lane 1 goes on");
+        assert_eq!(out[0].t_ns, 3);
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        let st = r.poll(10, &mut out);
+        assert_eq!((st.records, st.skipped), (1, 1));
+        assert_eq!(out[1].t_ns, 2);
+        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]

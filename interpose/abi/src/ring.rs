@@ -15,14 +15,24 @@
 //! | 40 | 4 | `device` (i32: the [`crate::gpu::GpuId`] of the first GPU the process was seen on, -1 unknown) |
 //! | 44 | 4 | `state` ([`STATE_LIVE`], [`STATE_EXITED`]) |
 //! | 48 | 4 | `features`: bits the writer sets when it starts doing something readers can rely on ([`FEATURE_RINGS_DOORBELL`], [`FEATURE_TSC_CLOCK`]) |
-//! | 64 | 8 | `head`: producers' reservation cursor |
-//! | 128 | 8 | `tail`: consumer cursor (written by the agent) |
-//! | 192 | 8 | `dropped`: records lost because the ring was full |
+//! | 52 | 4 | `lanes`: independent queues the slots are split into (power of two, 1 to [`MAX_LANES`]) |
+//! | 64 | 8 | `head`: producers' reservation cursor of lane 0 |
+//! | 128 | 8 | `tail`: consumer cursor of lane 0 (written by the agent) |
+//! | 192 | 8 | `dropped`: records lost because a lane was full (all lanes) |
 //! | 256 | 8 | `gate_inflight`: side tasks only: launches the gate admitted that it has not seen complete |
 //! | 264 | 8 | `gate_due_ns`: when the oldest of them should have finished, by the gate's estimate (0: none) |
 //! | 272 | 8 | `gate_checked_ns`: when the gate last looked at its launches' completion |
 //! | 280 | 8 | `gate_admitted_ns`: when the oldest of them was admitted (0: none) |
-//! | 4096 | 64 x capacity | slots: `seq` (commit word) + 7 record words |
+//! | 1024 + 128 k | 8 | `head` of lane k (k >= 1) |
+//! | 1088 + 128 k | 8 | `tail` of lane k (k >= 1) |
+//! | 4096 | 64 x capacity | slots: `seq` (commit word) + 7 record words; lane k's are the k-th `capacity / lanes` |
+//!
+//! **Lanes** (layout version 3): each lane is a queue of its own (the protocol below, on its own
+//! `capacity / lanes` slots), so that threads launching at the same time on different cores do not
+//! pass one `head` cache line between them on every push (on a 16-core host: 217 ns a launch with
+//! two threads and 573 with four through one head, 38 with one). The interposer gives each
+//! launching thread a lane of its own while there are lanes (the last lane is its comm threads');
+//! the reader merges the lanes in time order ([`crate::reader`]).
 //!
 //! Protocol (bounded MPMC queue after D. Vyukov, single consumer): slot `i` starts with
 //! `seq = i`. A producer reads `head = pos`; if the slot's `seq == pos` it claims `pos` with a CAS
@@ -51,8 +61,19 @@ pub const RING_MAGIC: u64 = u64::from_le_bytes(*b"FRRING\0\x01");
 pub const HEADER_SIZE: usize = 4096;
 pub const SLOT_SIZE: usize = 64;
 pub const MIN_CAPACITY: u32 = 1 << 10;
+/// Most lanes a ring is split into.
+pub const MAX_LANES: u32 = 8;
+/// Fewest slots a lane holds (a ring with fewer slots a lane gets fewer lanes).
+pub const MIN_LANE_CAPACITY: u32 = 1 << 8;
+/// Offset of lane 1's `head` (lane k's at `LANES_OFFSET + (k - 1) * LANE_STRIDE`, its `tail` 64 bytes
+/// further): a cache line each.
+pub const LANES_OFFSET: usize = 1024;
+pub const LANE_STRIDE: usize = 128;
 pub const MAX_CAPACITY: u32 = 1 << 22;
-pub const DEFAULT_CAPACITY: u32 = 1 << 16;
+pub const DEFAULT_CAPACITY: u32 = 1 << 17;
+/// Lanes of a process's ring by default: three for the threads that launch (PyTorch's main and
+/// autograd threads get one each), one for freeride's comm threads.
+pub const DEFAULT_LANES: u32 = 4;
 
 pub const STATE_INIT: u32 = 0;
 pub const STATE_LIVE: u32 = 1;
@@ -85,7 +106,8 @@ pub struct RingHeader {
     pub device: AtomicI32,
     pub state: AtomicU32,
     pub features: AtomicU32,
-    _r0: [u32; 3],
+    pub lanes: AtomicU32,
+    _r0: [u32; 2],
     pub head: AtomicU64,
     _r1: [u64; 7],
     pub tail: AtomicU64,
@@ -148,6 +170,9 @@ const _: () = assert!(std::mem::offset_of!(RingHeader, dropped) == 192);
 const _: () = assert!(std::mem::offset_of!(RingHeader, device) == 40);
 const _: () = assert!(std::mem::offset_of!(RingHeader, features) == 48);
 const _: () = assert!(std::mem::offset_of!(RingHeader, gate_inflight) == 256);
+const _: () = assert!(std::mem::offset_of!(RingHeader, lanes) == 52);
+const _: () = assert!(std::mem::size_of::<RingHeader>() <= LANES_OFFSET);
+const _: () = assert!(LANES_OFFSET + (MAX_LANES as usize - 1) * LANE_STRIDE <= HEADER_SIZE);
 
 /// Bytes of a ring file with `capacity` slots.
 pub const fn file_size(capacity: u32) -> usize {
@@ -160,10 +185,32 @@ pub fn clamp_capacity(req: u64) -> u32 {
     (c as u32).next_power_of_two().min(MAX_CAPACITY)
 }
 
+/// The lanes a ring of `capacity` slots is split into when `req` are asked for: a power of two, at
+/// most [`MAX_LANES`], each lane at least [`MIN_LANE_CAPACITY`] slots.
+pub fn clamp_lanes(capacity: u32, req: u64) -> u32 {
+    let mut l = (req.clamp(1, MAX_LANES as u64) as u32)
+        .next_power_of_two()
+        .min(MAX_LANES);
+    while l > 1 && capacity / l < MIN_LANE_CAPACITY {
+        l /= 2;
+    }
+    l
+}
+
 /// Parameters of a ring known to be valid, kept in the user's own memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
+    /// Slots in all (a power of two).
     pub capacity: u32,
+    /// Lanes the slots are split into (a power of two dividing `capacity`; see [`clamp_lanes`]).
+    pub lanes: u32,
+}
+
+impl Geometry {
+    /// One lane: the layout before lanes, and what a private ring (the trace's) uses.
+    pub const fn single(capacity: u32) -> Geometry {
+        Geometry { capacity, lanes: 1 }
+    }
 }
 
 /// A view of a mapped ring. All access goes through atomics at offsets computed from the local
@@ -171,8 +218,12 @@ pub struct Geometry {
 #[derive(Clone, Copy, Debug)]
 pub struct RingView {
     base: *mut u8,
+    /// Slots a lane, less one (a lane's capacity is a power of two).
     mask: u64,
-    capacity: u64,
+    /// log2 of the slots a lane.
+    lane_shift: u32,
+    /// Lanes, less one (a power of two less one).
+    lane_mask: u32,
 }
 
 // SAFETY: a RingView is a pointer into a shared mapping accessed only through atomics.
@@ -193,13 +244,44 @@ pub enum Pop {
 impl RingView {
     /// # Safety
     /// `base` must point to a mapping of at least `file_size(geom.capacity)` bytes, aligned to 64,
-    /// that stays mapped for as long as the view (and its copies) are used.
+    /// that stays mapped for as long as the view (and its copies) are used. `geom.lanes` must be a
+    /// power of two no larger than [`MAX_LANES`] nor than `geom.capacity` (every index a view
+    /// computes then stays within the mapping).
     #[inline]
     pub unsafe fn new(base: *mut u8, geom: Geometry) -> RingView {
+        // A power of two (the contract; another value is taken as its lowest set bit's): a shift,
+        // not a division, on every push's view.
+        let shift = geom.lanes.clamp(1, MAX_LANES).trailing_zeros();
+        let lane_cap = (geom.capacity >> shift).max(1);
         RingView {
             base,
-            mask: geom.capacity as u64 - 1,
-            capacity: geom.capacity as u64,
+            mask: lane_cap as u64 - 1,
+            // lane_cap is a power of two (capacity is, the contract): its trailing zeros are its log2.
+            lane_shift: lane_cap.trailing_zeros(),
+            lane_mask: (1u32 << shift) - 1,
+        }
+    }
+
+    /// The view's geometry as computed by [`RingView::new`]: (slot mask of a lane, log2 of a
+    /// lane's slots, lane mask). A hook rebuilds its view from them with
+    /// [`RingView::from_parts`], computing nothing on each push.
+    #[inline]
+    pub fn parts(&self) -> (u64, u32, u32) {
+        (self.mask, self.lane_shift, self.lane_mask)
+    }
+
+    /// A view rebuilt from [`RingView::parts`].
+    ///
+    /// # Safety
+    /// `parts` must come from [`RingView::parts`] of a view made by [`RingView::new`] over this
+    /// same `base`, whose contract still holds.
+    #[inline(always)]
+    pub unsafe fn from_parts(base: *mut u8, parts: (u64, u32, u32)) -> RingView {
+        RingView {
+            base,
+            mask: parts.0,
+            lane_shift: parts.1,
+            lane_mask: parts.2,
         }
     }
 
@@ -208,9 +290,54 @@ impl RingView {
         self.base
     }
 
+    /// Slots in all lanes.
     #[inline]
     pub fn capacity(&self) -> u64 {
-        self.capacity
+        self.lane_cap() * self.lanes() as u64
+    }
+
+    #[inline]
+    pub fn lanes(&self) -> u32 {
+        self.lane_mask + 1
+    }
+
+    /// Slots a lane.
+    #[inline(always)]
+    fn lane_cap(&self) -> u64 {
+        self.mask + 1
+    }
+
+    /// Lane `lane`'s producers' cursor (lane 0's is the header's `head`).
+    #[inline(always)]
+    pub(crate) fn head(&self, lane: u32) -> &AtomicU64 {
+        let lane = lane & self.lane_mask;
+        if lane == 0 {
+            return &self.header().head;
+        }
+        // SAFETY: lane < lanes <= MAX_LANES: within the header page (a compile-time check above),
+        // 64-aligned, inside the mapping `new`'s contract guarantees.
+        unsafe {
+            &*(self
+                .base
+                .add(LANES_OFFSET + (lane as usize - 1) * LANE_STRIDE)
+                as *const AtomicU64)
+        }
+    }
+
+    /// Lane `lane`'s consumer cursor (lane 0's is the header's `tail`).
+    #[inline(always)]
+    fn tail(&self, lane: u32) -> &AtomicU64 {
+        let lane = lane & self.lane_mask;
+        if lane == 0 {
+            return &self.header().tail;
+        }
+        // SAFETY: as in `head`, 64 bytes further (still within the header page).
+        unsafe {
+            &*(self
+                .base
+                .add(LANES_OFFSET + (lane as usize - 1) * LANE_STRIDE + 64)
+                as *const AtomicU64)
+        }
     }
 
     #[inline(always)]
@@ -220,9 +347,11 @@ impl RingView {
     }
 
     #[inline(always)]
-    fn slot(&self, pos: u64) -> &Slot {
-        let i = (pos & self.mask) as usize;
-        // SAFETY: i < capacity, and the mapping holds HEADER_SIZE + capacity * SLOT_SIZE bytes.
+    fn slot(&self, lane: u32, pos: u64) -> &Slot {
+        let lane = (lane & self.lane_mask) as u64;
+        let i = ((lane << self.lane_shift) | (pos & self.mask)) as usize;
+        // SAFETY: i < lanes * lane_cap <= capacity, and the mapping holds HEADER_SIZE + capacity *
+        // SLOT_SIZE bytes.
         unsafe { &*(self.base.add(HEADER_SIZE + i * SLOT_SIZE) as *const Slot) }
     }
 
@@ -235,38 +364,47 @@ impl RingView {
             .store(crate::RING_LAYOUT_VERSION, Ordering::Relaxed);
         h.header_size.store(HEADER_SIZE as u32, Ordering::Relaxed);
         h.slot_size.store(SLOT_SIZE as u32, Ordering::Relaxed);
-        h.capacity.store(self.capacity as u32, Ordering::Relaxed);
+        h.capacity.store(self.capacity() as u32, Ordering::Relaxed);
+        h.lanes.store(self.lanes(), Ordering::Relaxed);
         h.pid.store(pid, Ordering::Relaxed);
         h.role.store(role, Ordering::Relaxed);
         h.start_ns.store(start_ns, Ordering::Relaxed);
         h.device.store(-1, Ordering::Relaxed);
         h.state.store(STATE_LIVE, Ordering::Relaxed);
         h.features.store(0, Ordering::Relaxed);
-        h.head.store(0, Ordering::Relaxed);
-        h.tail.store(0, Ordering::Relaxed);
         h.dropped.store(0, Ordering::Relaxed);
         h.publish_gate_status(GateStatus::default());
-        for i in 0..self.capacity {
-            let s = self.slot(i);
-            s.seq.store(i, Ordering::Relaxed);
-            for w in &s.words {
-                w.store(0, Ordering::Relaxed);
+        for lane in 0..self.lanes() {
+            self.head(lane).store(0, Ordering::Relaxed);
+            self.tail(lane).store(0, Ordering::Relaxed);
+            for i in 0..self.lane_cap() {
+                let s = self.slot(lane, i);
+                s.seq.store(i, Ordering::Relaxed);
+                for w in &s.words {
+                    w.store(0, Ordering::Relaxed);
+                }
             }
         }
         h.magic.store(RING_MAGIC, Ordering::Release);
     }
 
-    /// Multi-producer push. Lock-free, no system call, never waits: returns false (and counts
-    /// the record in `dropped`) when the ring is full or contended beyond a few retries.
-    /// The uncontended case (the slot at `head` is free and the claim succeeds first time) is
-    /// inlined; retries are out of line.
+    /// [`RingView::push_lane`] into lane 0.
     #[inline(always)]
     pub fn push(&self, rec: &Record) -> bool {
-        let h = self.header();
-        let pos = h.head.load(Ordering::Relaxed);
-        let slot = self.slot(pos);
+        self.push_lane(0, rec)
+    }
+
+    /// Multi-producer push into lane `lane` (taken modulo the lanes). Lock-free, no system call,
+    /// never waits: returns false (and counts the record in `dropped`) when the lane is full or
+    /// contended beyond a few retries. The uncontended case (the slot at the lane's `head` is free
+    /// and the claim succeeds first time) is inlined; retries are out of line.
+    #[inline(always)]
+    pub fn push_lane(&self, lane: u32, rec: &Record) -> bool {
+        let head = self.head(lane);
+        let pos = head.load(Ordering::Relaxed);
+        let slot = self.slot(lane, pos);
         if slot.seq.load(Ordering::Acquire) == pos
-            && h.head
+            && head
                 .compare_exchange(
                     pos,
                     pos.wrapping_add(1),
@@ -278,7 +416,7 @@ impl RingView {
             Self::commit(slot, pos, rec);
             return true;
         }
-        self.push_contended(rec)
+        self.push_contended(lane, rec)
     }
 
     /// Writes the record words into the claimed slot and publishes it.
@@ -293,8 +431,9 @@ impl RingView {
 
     #[cold]
     #[inline(never)]
-    fn push_contended(&self, rec: &Record) -> bool {
+    fn push_contended(&self, lane: u32, rec: &Record) -> bool {
         let h = self.header();
+        let (head, tail) = (self.head(lane), self.tail(lane));
         // While the ring is at most half full, claim by atomic add: a claim that cannot lose to
         // other producers (a compare-and-swap can, over and over, to a thread that keeps the
         // head's cache line). A position less than a ring ahead of the consumer's `tail` is free
@@ -304,27 +443,27 @@ impl RingView {
         // counted dropped: the consumer skips the slot after its stuck timeout, as it does a
         // producer's that died mid-push. Garbage in the file costs records, never an access out
         // of bounds.
-        if h.head
+        if head
             .load(Ordering::Relaxed)
-            .wrapping_sub(h.tail.load(Ordering::Acquire))
-            < self.capacity / 2
+            .wrapping_sub(tail.load(Ordering::Acquire))
+            < self.lane_cap() / 2
         {
-            let pos = h.head.fetch_add(1, Ordering::Relaxed);
-            if pos.wrapping_sub(h.tail.load(Ordering::Acquire)) < self.capacity {
-                Self::commit(self.slot(pos), pos, rec);
+            let pos = head.fetch_add(1, Ordering::Relaxed);
+            if pos.wrapping_sub(tail.load(Ordering::Acquire)) < self.lane_cap() {
+                Self::commit(self.slot(lane, pos), pos, rec);
                 return true;
             }
             h.dropped.fetch_add(1, Ordering::Relaxed);
             return false;
         }
-        let mut pos = h.head.load(Ordering::Relaxed);
+        let mut pos = head.load(Ordering::Relaxed);
         let mut tries = 0;
         loop {
-            let slot = self.slot(pos);
+            let slot = self.slot(lane, pos);
             let seq = slot.seq.load(Ordering::Acquire);
             let diff = seq.wrapping_sub(pos) as i64;
             if diff == 0 {
-                match h.head.compare_exchange_weak(
+                match head.compare_exchange_weak(
                     pos,
                     pos.wrapping_add(1),
                     Ordering::Relaxed,
@@ -340,7 +479,7 @@ impl RingView {
                 h.dropped.fetch_add(1, Ordering::Relaxed);
                 return false;
             } else {
-                pos = h.head.load(Ordering::Relaxed);
+                pos = head.load(Ordering::Relaxed);
             }
             // Let the producer that won finish its slot (and release the lines) first.
             std::hint::spin_loop();
@@ -352,11 +491,21 @@ impl RingView {
         }
     }
 
-    /// Single-consumer pop at `*cursor` (the consumer's own copy of `tail`). On success advances
-    /// the cursor, frees the slot and publishes the new `tail`.
+    /// Lane `lane`'s consumer cursor as published (a reader starts from it).
+    pub fn tail_of(&self, lane: u32) -> u64 {
+        self.tail(lane).load(Ordering::Acquire)
+    }
+
+    /// Single-consumer pop of lane 0 (see [`RingView::pop_lane`]).
     pub fn pop(&self, cursor: &mut u64) -> Pop {
+        self.pop_lane(0, cursor)
+    }
+
+    /// Single-consumer pop at `*cursor` of lane `lane` (the consumer's own copy of the lane's
+    /// `tail`). On success advances the cursor, frees the slot and publishes the new `tail`.
+    pub fn pop_lane(&self, lane: u32, cursor: &mut u64) -> Pop {
         let pos = *cursor;
-        let slot = self.slot(pos);
+        let slot = self.slot(lane, pos);
         let seq = slot.seq.load(Ordering::Acquire);
         if seq == pos.wrapping_add(1) {
             let mut w = [0u64; RECORD_WORDS];
@@ -364,12 +513,12 @@ impl RingView {
                 *d = s.load(Ordering::Relaxed);
             }
             slot.seq
-                .store(pos.wrapping_add(self.capacity), Ordering::Release);
+                .store(pos.wrapping_add(self.lane_cap()), Ordering::Release);
             *cursor = pos.wrapping_add(1);
-            self.header().tail.store(*cursor, Ordering::Release);
+            self.tail(lane).store(*cursor, Ordering::Release);
             Pop::Record(Record::decode(&w))
         } else {
-            let head = self.header().head.load(Ordering::Acquire);
+            let head = self.head(lane).load(Ordering::Acquire);
             if head.wrapping_sub(pos) as i64 > 0 {
                 Pop::Pending
             } else {
@@ -378,15 +527,15 @@ impl RingView {
         }
     }
 
-    /// Skips the slot at `*cursor` whose producer never committed (it died or the memory is
-    /// corrupt): the slot is handed to the next lap. Counted as dropped.
-    pub fn skip(&self, cursor: &mut u64) {
+    /// Skips the slot at `*cursor` of lane `lane` whose producer never committed (it died or the
+    /// memory is corrupt): the slot is handed to the next lap. Counted as dropped.
+    pub fn skip(&self, lane: u32, cursor: &mut u64) {
         let pos = *cursor;
-        self.slot(pos)
+        self.slot(lane, pos)
             .seq
-            .store(pos.wrapping_add(self.capacity), Ordering::Release);
+            .store(pos.wrapping_add(self.lane_cap()), Ordering::Release);
         *cursor = pos.wrapping_add(1);
-        self.header().tail.store(*cursor, Ordering::Release);
+        self.tail(lane).store(*cursor, Ordering::Release);
         self.header().dropped.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -419,7 +568,7 @@ mod tests {
         let cap = MIN_CAPACITY;
         let mut m = mem(cap);
         // SAFETY: m holds file_size(cap) bytes, 4096-aligned, and outlives r.
-        let r = unsafe { RingView::new(m.as_mut_ptr() as *mut u8, Geometry { capacity: cap }) };
+        let r = unsafe { RingView::new(m.as_mut_ptr() as *mut u8, Geometry::single(cap)) };
         r.initialize(1, 0, 0);
         for i in 0..cap as u64 {
             assert!(r.push(&rec(i)));
@@ -441,7 +590,7 @@ mod tests {
         let mut m = mem(cap);
         let base = m.as_mut_ptr() as usize;
         // SAFETY: m outlives all threads (joined below).
-        let r = unsafe { RingView::new(base as *mut u8, Geometry { capacity: cap }) };
+        let r = unsafe { RingView::new(base as *mut u8, Geometry::single(cap)) };
         r.initialize(1, 0, 0);
         let per = 20_000u64;
         let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -500,7 +649,7 @@ mod tests {
         let mut m = mem(cap);
         let base = m.as_mut_ptr() as usize;
         // SAFETY: m outlives all threads (joined below).
-        let r = unsafe { RingView::new(base as *mut u8, Geometry { capacity: cap }) };
+        let r = unsafe { RingView::new(base as *mut u8, Geometry::single(cap)) };
         r.initialize(1, 0, 0);
         let per = 30_000u64;
         let hs: Vec<_> = (0..4u64)
@@ -527,14 +676,108 @@ mod tests {
     }
 
     #[test]
+    fn lanes_are_queues_of_their_own() {
+        let cap = 4096;
+        let mut m = mem(cap);
+        // SAFETY: m holds file_size(cap) bytes, 4096-aligned, and outlives r.
+        let r = unsafe {
+            RingView::new(
+                m.as_mut_ptr() as *mut u8,
+                Geometry {
+                    capacity: cap,
+                    lanes: 4,
+                },
+            )
+        };
+        r.initialize(1, 0, 0);
+        assert_eq!(r.header().lanes.load(Ordering::Relaxed), 4);
+        // Lane 1 filled: its next push is dropped, lane 2 still takes records.
+        for i in 0..1024 {
+            assert!(r.push_lane(1, &rec(i)));
+        }
+        assert!(!r.push_lane(1, &rec(9999)));
+        assert!(r.push_lane(2, &rec(7)));
+        assert!(
+            r.push_lane(6, &rec(8)),
+            "lanes are taken modulo their number"
+        );
+        let (mut c1, mut c2, mut c0) = (0, 0, 0);
+        assert_eq!(r.pop_lane(0, &mut c0), Pop::Empty);
+        assert_eq!(r.pop_lane(2, &mut c2), Pop::Record(rec(7)));
+        assert_eq!(r.pop_lane(2, &mut c2), Pop::Record(rec(8)));
+        for i in 0..1024 {
+            assert_eq!(r.pop_lane(1, &mut c1), Pop::Record(rec(i)));
+        }
+        assert_eq!(r.pop_lane(1, &mut c1), Pop::Empty);
+        assert_eq!(r.tail_of(1), 1024);
+        assert_eq!(r.header().dropped.load(Ordering::Relaxed), 1);
+        drop(m);
+    }
+
+    /// Threads on lanes of their own lose nothing and keep their order.
+    #[test]
+    fn producers_on_their_own_lanes_lose_nothing() {
+        let cap = 1 << 18;
+        let mut m = mem(cap);
+        let base = m.as_mut_ptr() as usize;
+        let geom = Geometry {
+            capacity: cap,
+            lanes: 4,
+        };
+        // SAFETY: m outlives all threads (joined below).
+        let r = unsafe { RingView::new(base as *mut u8, geom) };
+        r.initialize(1, 0, 0);
+        let per = 30_000u64;
+        let hs: Vec<_> = (0..4u32)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    (0..per).all(|i| r.push_lane(t, &rec((t as u64) << 32 | i)))
+                })
+            })
+            .collect();
+        for h in hs {
+            assert!(
+                h.join().unwrap(),
+                "a push failed with its lane far from full"
+            );
+        }
+        for t in 0..4u32 {
+            let mut cur = 0;
+            for i in 0..per {
+                assert_eq!(
+                    r.pop_lane(t, &mut cur),
+                    Pop::Record(rec((t as u64) << 32 | i))
+                );
+            }
+            assert_eq!(r.pop_lane(t, &mut cur), Pop::Empty);
+        }
+        assert_eq!(r.header().dropped.load(Ordering::Relaxed), 0);
+        drop(m);
+    }
+
+    #[test]
+    fn lanes_are_clamped_to_what_the_ring_holds() {
+        assert_eq!(clamp_lanes(1 << 16, 4), 4);
+        assert_eq!(clamp_lanes(1 << 16, 3), 4);
+        assert_eq!(clamp_lanes(1 << 16, 0), 1);
+        assert_eq!(clamp_lanes(1 << 16, 100), MAX_LANES);
+        assert_eq!(
+            clamp_lanes(MIN_CAPACITY, 8),
+            MIN_CAPACITY / MIN_LANE_CAPACITY
+        );
+    }
+
+    #[test]
     fn garbage_seq_never_hangs_producer() {
         let cap = MIN_CAPACITY;
         let mut m = mem(cap);
         // SAFETY: as above.
-        let r = unsafe { RingView::new(m.as_mut_ptr() as *mut u8, Geometry { capacity: cap }) };
+        let r = unsafe { RingView::new(m.as_mut_ptr() as *mut u8, Geometry::single(cap)) };
         r.initialize(1, 0, 0);
         for i in 0..cap as u64 {
-            r.slot(i).seq.store(u64::MAX / 3 + i * 7, Ordering::Relaxed);
+            r.slot(0, i)
+                .seq
+                .store(u64::MAX / 3 + i * 7, Ordering::Relaxed);
         }
         r.header().head.store(0xdead_beef_1234, Ordering::Relaxed);
         for i in 0..100 {

@@ -87,6 +87,9 @@ fn check_open(path: &Path, bytes: &[u8]) {
                 bytes.len()
             );
             assert_eq!(r.info().capacity, cap);
+            let lanes = u32_at(bytes, off::LANES).unwrap();
+            assert!(lanes.is_power_of_two() && lanes <= ring::MAX_LANES);
+            assert!(cap / lanes >= ring::MIN_LANE_CAPACITY);
             // The header must match the file name (pid, start_ns).
             assert_eq!(u32_at(bytes, off::PID), Some(PID));
             assert_eq!(r.info().start_ns, START);
@@ -115,6 +118,8 @@ prop_compose! {
             Just(0u32), Just(1), Just(MIN_CAPACITY / 2), Just(MIN_CAPACITY + 1), Just(3000),
             Just(2 * CAP), Just(MAX_CAPACITY), Just(MAX_CAPACITY * 2), Just(1 << 31),
             Just(u32::MAX), any::<u32>()]),
+        lanes in valid_or(1u32, prop_oneof![Just(0u32), Just(2), Just(3), Just(8), Just(16),
+            Just(CAP), any::<u32>()]),
         pid in valid_or(PID, any::<u32>()),
         start in valid_or(START, any::<u64>()),
         head in prop_oneof![0u64..4 * CAP as u64, any::<u64>()],
@@ -128,6 +133,7 @@ prop_compose! {
         set64(&mut b, off::MAGIC, magic);
         set32(&mut b, off::VERSION, version);
         set32(&mut b, off::HEADER_SIZE, hs);
+        set32(&mut b, off::LANES, lanes);
         set32(&mut b, off::SLOT_SIZE, ss);
         set32(&mut b, off::CAPACITY, cap);
         set32(&mut b, off::PID, pid);
@@ -247,10 +253,11 @@ proptest! {
     fn ring_scribbled_while_open(
         writes in prop::collection::vec((0usize..ring::file_size(CAP) / 8, any::<u64>()), 1..128),
         pre in prop::collection::vec(record_words(), 0..32),
+        lanes in prop_oneof![Just(1u32), Just(4)],
     ) {
         let d = tmpdir("hp-live");
         let p = ring_path(&d, PID, START);
-        let mut b = ring_bytes(CAP, PID, START);
+        let mut b = ring_bytes_lanes(CAP, lanes, PID, START);
         // Some committed records first (valid or not), as a producer would leave them.
         for (i, w) in pre.iter().enumerate() {
             let s = HEADER_SIZE + i * SLOT_SIZE;
@@ -352,6 +359,26 @@ fn invalid(r: Result<RingReader, OpenError>, what: &str) {
         Err(OpenError::Invalid(_)) => {}
         Err(e) => panic!("{what}: expected Invalid, got {e}"),
         Ok(_) => panic!("{what}: accepted"),
+    }
+}
+
+#[test]
+fn corpus_lanes() {
+    // A ring of 4 lanes opens; lane counts the reader refuses: none, not a power of two, more
+    // than MAX_LANES, lanes of fewer than MIN_LANE_CAPACITY slots.
+    let mut r = open_bytes("c-lanes", &ring_bytes_lanes(CAP, 4, PID, START)).unwrap();
+    drain_bounded(&mut r);
+    for l in [
+        0,
+        3,
+        2 * ring::MAX_LANES,
+        CAP / ring::MIN_LANE_CAPACITY * 2,
+        u32::MAX,
+    ] {
+        invalid(
+            open_bytes(&format!("c-lanes-{l}"), &with(|b| set32(b, off::LANES, l))),
+            &format!("{l} lanes"),
+        );
     }
 }
 

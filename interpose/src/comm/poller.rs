@@ -150,6 +150,7 @@ fn keep_anchor(d: &Driver, pool: &Pool, c: &mut PoolClock, now: u64) {
 }
 
 pub(super) fn poller(gen: u32) {
+    crate::rt::set_service_lane();
     let Some(d) = DRIVER.get() else { return };
     // SAFETY: prctl(PR_SET_TIMERSLACK) sets this thread's timer slack (1 ns): accurate wake-ups.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
@@ -207,6 +208,7 @@ pub(super) fn poller(gen: u32) {
 /// end event (blocking-sync: the thread sleeps until the GPU gets there); with no pair armed it
 /// sleeps on the lane's futex word, which the host function of a begin queued meanwhile bumps.
 fn waiter(lane: usize, gen: u32) {
+    crate::rt::set_service_lane();
     let Some((d, sync)) = DRIVER.get().and_then(|d| Some((d, d.event_synchronize?))) else {
         notify::waiter_gone(lane);
         return;

@@ -30,6 +30,11 @@ fn put64(b: &mut [u8], off: usize, v: u64) {
 
 /// The bytes of a valid, empty ring as the interposer makes it.
 pub fn ring_bytes(cap: u32, pid: u32, start_ns: u64) -> Vec<u8> {
+    ring_bytes_lanes(cap, 1, pid, start_ns)
+}
+
+/// A valid, empty ring of `cap` slots in `lanes` lanes, as the interposer initializes it.
+pub fn ring_bytes_lanes(cap: u32, lanes: u32, pid: u32, start_ns: u64) -> Vec<u8> {
     let mut b = vec![0u8; ring::file_size(cap)];
     put64(&mut b, 0, RING_MAGIC);
     put32(&mut b, 8, RING_LAYOUT_VERSION);
@@ -41,8 +46,10 @@ pub fn ring_bytes(cap: u32, pid: u32, start_ns: u64) -> Vec<u8> {
     put64(&mut b, 32, start_ns);
     put32(&mut b, 40, -1i32 as u32);
     put32(&mut b, 44, STATE_LIVE);
+    put32(&mut b, off::LANES, lanes);
+    let per = (cap / lanes) as usize;
     for i in 0..cap as usize {
-        put64(&mut b, HEADER_SIZE + i * SLOT_SIZE, i as u64);
+        put64(&mut b, HEADER_SIZE + i * SLOT_SIZE, (i % per) as u64);
     }
     b
 }
@@ -55,6 +62,7 @@ pub mod off {
     pub const SLOT_SIZE: usize = 16;
     pub const CAPACITY: usize = 20;
     pub const PID: usize = 24;
+    pub const LANES: usize = 52;
     pub const HEAD: usize = 64;
     pub const TAIL: usize = 128;
     pub const DROPPED: usize = 192;
