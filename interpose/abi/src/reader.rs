@@ -410,38 +410,15 @@ mod tests {
 
     /// Creates a ring file like the interposer does and returns a writer view on it.
     fn make(dir: &Path, cap: u32) -> (PathBuf, RingView) {
-        let p = dir.join(crate::session::ring_file_name(7, 9));
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&p)
-            .unwrap();
-        f.set_len(crate::ring::file_size(cap) as u64).unwrap();
-        use std::os::fd::AsRawFd;
-        // SAFETY: mapping the file we just sized.
-        let m = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                crate::ring::file_size(cap),
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            )
-        };
-        assert_ne!(m, libc::MAP_FAILED);
-        // SAFETY: m maps file_size(cap) bytes; leaked for the test's duration.
-        let v = unsafe { RingView::new(m as *mut u8, Geometry::single(cap)) };
-        v.initialize(7, 0, 9);
-        (p, v)
+        make_ring(dir, cap, 1, 7)
     }
 
     /// A ring of `lanes` lanes made like the interposer's, by this (live) process.
     fn make_lanes(dir: &Path, cap: u32, lanes: u32) -> (PathBuf, RingView) {
-        let pid = std::process::id();
+        make_ring(dir, cap, lanes, std::process::id())
+    }
+
+    fn make_ring(dir: &Path, cap: u32, lanes: u32, pid: u32) -> (PathBuf, RingView) {
         let p = dir.join(crate::session::ring_file_name(pid, 9));
         let f = std::fs::OpenOptions::new()
             .read(true)

@@ -310,34 +310,26 @@ impl RingView {
     /// Lane `lane`'s producers' cursor (lane 0's is the header's `head`).
     #[inline(always)]
     pub(crate) fn head(&self, lane: u32) -> &AtomicU64 {
-        let lane = lane & self.lane_mask;
-        if lane == 0 {
-            return &self.header().head;
-        }
-        // SAFETY: lane < lanes <= MAX_LANES: within the header page (a compile-time check above),
-        // 64-aligned, inside the mapping `new`'s contract guarantees.
-        unsafe {
-            &*(self
-                .base
-                .add(LANES_OFFSET + (lane as usize - 1) * LANE_STRIDE)
-                as *const AtomicU64)
-        }
+        self.cursor(lane, false)
     }
 
     /// Lane `lane`'s consumer cursor (lane 0's is the header's `tail`).
     #[inline(always)]
     fn tail(&self, lane: u32) -> &AtomicU64 {
+        self.cursor(lane, true)
+    }
+
+    #[inline(always)]
+    fn cursor(&self, lane: u32, tail: bool) -> &AtomicU64 {
         let lane = lane & self.lane_mask;
         if lane == 0 {
-            return &self.header().tail;
+            let h = self.header();
+            return if tail { &h.tail } else { &h.head };
         }
-        // SAFETY: as in `head`, 64 bytes further (still within the header page).
-        unsafe {
-            &*(self
-                .base
-                .add(LANES_OFFSET + (lane as usize - 1) * LANE_STRIDE + 64)
-                as *const AtomicU64)
-        }
+        let off = LANES_OFFSET + (lane as usize - 1) * LANE_STRIDE + if tail { 64 } else { 0 };
+        // SAFETY: lane < lanes <= MAX_LANES: within the header page (a compile-time check above),
+        // 64-aligned, inside the mapping `new`'s contract guarantees.
+        unsafe { &*(self.base.add(off) as *const AtomicU64) }
     }
 
     #[inline(always)]
