@@ -3,7 +3,7 @@
 # PyTorch, Triton and NCCL, but no Rust and no network: it uses binaries built beforehand
 # (target/release/: freeride, libfreeride.so, libfreeride_sidetask.so, examples/{train_loop,pagerank,image_batch}).
 #
-#   scripts/gpu-check.sh            # all parts, about 4-5 minutes, never more than GPU_CHECK_BUDGET_S
+#   scripts/gpu-check.sh            # all parts, about 5-8 minutes, never more than GPU_CHECK_BUDGET_S
 #
 # Parts (details: scripts/gpu/README.md):
 #   1. coverage   kernels freeride counts per launch path vs the PyTorch profiler (native ops, cuBLAS,
@@ -16,7 +16,7 @@
 # stdout; with $OUT set, results/ (all JSON, the table, logs) are copied to $OUT/gpu-check/.
 #
 # Environment: PYTHON (default python3), FREERIDE_BIN (default <repo>/target/release),
-#   GPU_CHECK_BUDGET_S (default 450), GPU_CHECK_SKIP (comma list of: coverage,hook_cost,hook_bench,sdk_tasks,gate_probe,
+#   GPU_CHECK_BUDGET_S (default 480), GPU_CHECK_SKIP (comma list of: coverage,hook_cost,hook_bench,sdk_tasks,gate_probe,
 #   gating_default,gating_mps), GPU_CHECK_WORK (work folder; default a new /tmp/freeride-gpucheck.XXXXXX).
 set -u -o pipefail
 
@@ -24,7 +24,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="${FREERIDE_BIN:-$ROOT/target/release}"
 PY="${PYTHON:-python3}"
 GPU="$ROOT/scripts/gpu"
-BUDGET="${GPU_CHECK_BUDGET_S:-450}"
+BUDGET="${GPU_CHECK_BUDGET_S:-480}"
 SKIP=",${GPU_CHECK_SKIP:-},"
 START=$(date +%s)
 DEADLINE=$((START + BUDGET))
