@@ -283,10 +283,12 @@ impl Watchdog {
                     device,
                     Reason::Hung,
                     format!(
-                        "hung: {} launch(es) in flight, the oldest due {} ms ago (deadline {} ms)",
+                        "hung: {} launch(es) in flight, the oldest due {} ms ago (deadline {} ms); \
+                         its gate last looked {} ms ago",
                         gs.inflight,
                         now.saturating_sub(gs.due_ns) / 1_000_000,
-                        self.policy.hang_ns / 1_000_000
+                        self.policy.hang_ns / 1_000_000,
+                        now.saturating_sub(gs.checked_ns) / 1_000_000
                     ),
                     // Builds before `admitted_ns` publish 0 there: order those by due time.
                     if gs.admitted_ns > 0 {

@@ -367,6 +367,14 @@ fn a_sidetask_stuck_in_a_kernel_is_killed_and_the_trainer_finishes() {
         "hung",
         "evicted.hung",
     );
+    // Stuck inside a kernel, its gate has not looked since it admitted it: the line says so, which
+    // tells this apart from a gate that looks and still sees its launches in flight.
+    assert!(
+        agent.has_line(
+            |l| l.contains(&format!("pid {}", hung.id())) && l.contains("its gate last looked")
+        ),
+        "the eviction line does not say when the gate last looked"
+    );
     let js = wait_exit(&mut job, Duration::from_secs(120));
     assert!(
         js.is_some_and(|s| s.success()),
