@@ -13,12 +13,13 @@
 //! moment later into a lane already read cannot come out before it; what comes after a record
 //! causally (a communication op's GPU-side begin after its issue) is stamped later and comes later.
 //! A record pushed late (its thread descheduled between its clock read and its push) comes when it
-//! comes, as it did through one queue.
+//! comes, as it did through one queue; but a GPU's declaration (`DeviceInfo`) read in the same poll
+//! as records of its lane stamped after it goes before them, whatever the lanes.
 //!
 //! Threat model: the session directory is 0700 and ring files must be owned by the reader's uid.
 //! Shrinking a mapped file (which would raise SIGBUS) needs the same uid, which could also just
 //! kill the agent, so it is outside the model.
-use crate::event::Decoded;
+use crate::event::{Decoded, Kind};
 use crate::ring::{Geometry, Pop, RingView, HEADER_SIZE, RING_MAGIC, SLOT_SIZE, STATE_EXITED};
 use crate::{Role, RING_LAYOUT_VERSION};
 use std::collections::VecDeque;
@@ -297,9 +298,13 @@ impl RingReader {
     pub fn poll(&mut self, max: usize, out: &mut Vec<Decoded>) -> PollStats {
         let mut st = PollStats::default();
         if self.lanes.len() == 1 {
-            // One queue: its order is the order.
+            // One queue: its order is the order (but for declarations, see `place`).
             let mut taken = 0;
-            self.drain(0, max, &mut taken, &mut st, &mut |d| out.push(d));
+            let before = out.len();
+            self.drain(0, max, &mut taken, &mut st, &mut |d| {
+                let at = before + place(out[before..].iter(), &d);
+                out.insert(at, d)
+            });
             st.records = taken as u64;
             return st;
         }
@@ -309,7 +314,9 @@ impl RingReader {
         // after the issue it reports on, which is then in its lane by the time that is read.
         for lane in (0..self.lanes.len()).rev() {
             let mut held = std::mem::take(&mut self.lanes[lane].held);
-            self.drain(lane, max, &mut taken, &mut st, &mut |d| held.push_back(d));
+            self.drain(lane, max, &mut taken, &mut st, &mut |d| {
+                held.insert(place(held.iter(), &d), d)
+            });
             self.lanes[lane].held = held;
         }
         let before = out.len();
@@ -384,6 +391,22 @@ impl RingReader {
             }
         }
     }
+}
+
+/// Where `d` goes among the records of its lane read in this poll, `lane` (in the lane's order):
+/// at the end, unless it is a declaration ([`Kind::DeviceInfo`], stamped just after the process's
+/// start): that goes before the first of them stamped after it. Another thread may have pushed
+/// into the same lane a record naming the GPU before the declaring thread got to push (descheduled
+/// while the other gave up waiting for it); the declaration still comes before what names it.
+fn place<'a>(lane: impl Iterator<Item = &'a Decoded>, d: &Decoded) -> usize {
+    let mut n = 0;
+    for r in lane {
+        if d.kind == Kind::DeviceInfo && r.t_ns > d.t_ns {
+            return n;
+        }
+        n += 1;
+    }
+    n
 }
 
 impl Drop for RingReader {
@@ -485,6 +508,41 @@ mod tests {
         assert_eq!(st.records, 7);
         let ts: Vec<u64> = out.iter().map(|d| d.t_ns).collect();
         assert_eq!(ts, [10, 20, 40, 50, 60, 30, 70]);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_declaration_pushed_late_into_a_shared_lane_still_comes_first() {
+        let d = tmpdir("lanes-decl");
+        for lanes in [1, 4] {
+            let (p, w) = make_lanes(&d, 4096, lanes);
+            let mut r = RingReader::open(&p).unwrap();
+            // Thread B's launch went into the lane before thread A, which declares the GPU
+            // (stamped at start + 1 ns), got to push.
+            w.push_lane(0, &at(1000));
+            let decl = Record {
+                t_ns: 10,
+                kind: Kind::DeviceInfo as u8,
+                api: Api::None as u16,
+                ..Default::default()
+            };
+            w.push_lane(0, &decl);
+            w.push_lane(0, &at(1001));
+            let mut out = vec![];
+            assert_eq!(r.poll(100, &mut out).records, 3);
+            let got: Vec<(u64, Kind)> = out.iter().map(|d| (d.t_ns, d.kind)).collect();
+            assert_eq!(
+                got,
+                [
+                    (10, Kind::DeviceInfo),
+                    (1000, Kind::Launch),
+                    (1001, Kind::Launch)
+                ],
+                "{lanes} lanes"
+            );
+            drop(r);
+            std::fs::remove_file(&p).unwrap();
+        }
         std::fs::remove_dir_all(&d).unwrap();
     }
 
