@@ -11,13 +11,13 @@
 //! * **hung**: its gate (libfreeride.so with `FREERIDE_ROLE=sidetask`) publishes in the ring header
 //!   how many admitted launches it has not seen complete and when the oldest should have finished
 //!   by its own estimate ([`freeride_abi::ring::GateStatus`]). The gate looks at completions on
-//!   every launch and every synchronize call, so that time stays in the past only while the
-//!   task's GPU work runs on and the task makes no progress past it: stuck inside a kernel (its
-//!   synchronize never returns), or launching nothing more while a kernel runs for far longer
-//!   than the gate admitted it for. Overdue by more than [`WatchdogPolicy::hang_ns`]: evicted.
-//!   (A gated task that leaves work unsynchronized and then makes no CUDA call at all for longer
-//!   than the deadline reads as hung too: the agent cannot see the GPU. Ungated side tasks,
-//!   `FREERIDE_GATE=off` or without the interposer, publish nothing and are not watched for hangs.)
+//!   every launch and every synchronize call, and a looker thread of the gate every 100 ms while
+//!   the task's own threads make no CUDA call (busy on the host); a launch whose call has not
+//!   returned yet (a first launch loading its module) is due no earlier than its estimate from
+//!   then. So that time stays in the past only while the task's GPU work runs on: stuck inside a
+//!   kernel, or a kernel that runs for far longer than the gate admitted it for. Overdue by more
+//!   than [`WatchdogPolicy::hang_ns`]: evicted. (Ungated side tasks, `FREERIDE_GATE=off` or
+//!   without the interposer, publish nothing and are not watched for hangs.)
 //! * **over its memory budget**: with `--gpu-mem-mib`, a side task holding more device memory
 //!   (its allocations minus frees, from its ring) than its GPU's budget now (the GPU's memory minus
 //!   what the trainer holds minus the reserve; the budget shrinks when the trainer grows) for longer

@@ -12,7 +12,10 @@
  *   gate_side graph <kernel_us> <nodes>        : a CUDA graph of <nodes> kernels of kernel_us each,
  *        launched again and again on one stream, never synchronizing; "ready" once instantiated.
  *   gate_side loop2 <kernel_us>                : the never-yielding loop on GPUs 0 and 1 at once,
- *        one thread each (cudaSetDevice, its own stream); "ready" once both streams exist. */
+ *        one thread each (cudaSetDevice, its own stream); "ready" once both streams exist.
+ *   gate_side pause <kernel_us> <n> <host_ms>  : n kernels on one stream (no sync), then host_ms
+ *        busy on the host making no CUDA call (data loading, a first cuBLAS call), then n more and
+ *        a sync; prints "paused" before the host work and "done <2n>" at the end. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -89,6 +92,28 @@ int main(int argc, char **argv) {
             if (cudaLaunchKernel((const void *)side_kernel, g, b, args, 0, s) != 0) { printf("launch failed\n"); return 1; }
         cudaStreamSynchronize(s);
         printf("done %ld\n", max);
+        return 0;
+    }
+    if (argc >= 5 && strcmp(argv[1], "pause") == 0) {
+        void *s = 0;
+        if (cudaStreamCreate(&s) != 0) { printf("stream failed\n"); return 1; }
+        uint64_t ns = strtoull(argv[2], 0, 10) * 1000ull;
+        long n = atol(argv[3]), host_ms = atol(argv[4]);
+        void *args[1] = {&ns};
+        dim3 g = {1, 1, 1}, b = {32, 1, 1};
+        printf("ready\n");
+        for (int round = 0; round < 2; round++) {
+            for (long i = 0; i < n; i++)
+                if (cudaLaunchKernel((const void *)side_kernel, g, b, args, 0, s) != 0) { printf("launch failed\n"); return 1; }
+            if (round == 1) break;
+            printf("paused\n");
+            struct timespec a, z;
+            clock_gettime(CLOCK_MONOTONIC, &a);
+            do clock_gettime(CLOCK_MONOTONIC, &z);
+            while ((z.tv_sec - a.tv_sec) * 1000 + (z.tv_nsec - a.tv_nsec) / 1000000 < host_ms);
+        }
+        cudaStreamSynchronize(s);
+        printf("done %ld\n", 2 * n);
         return 0;
     }
     if (argc >= 3 && strcmp(argv[1], "bench") == 0) {

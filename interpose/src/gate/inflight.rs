@@ -182,10 +182,10 @@ pub struct InFlight {
 }
 
 impl Pending {
-    fn add(&mut self, e: &Entry) {
+    /// Adds unfinished entry `e`, due at `due`.
+    fn add(&mut self, e: &Entry, due: u64) {
         self.ns = self.ns.saturating_add(e.est_ns.load(Ordering::Relaxed));
         self.count += 1;
-        let due = e.model_end_ns.load(Ordering::Relaxed);
         if self.due_ns == 0 || due < self.due_ns {
             self.due_ns = due;
         }
@@ -238,13 +238,26 @@ pub fn retire(d: Option<&Drv>, now: u64, mut learn: impl FnMut(u64, u64)) -> InF
                 continue;
             }
         }
-        p.all.add(e);
-        p.gpu[(e.gpu.load(Ordering::Relaxed) as usize).min(MAX_GPUS - 1)].add(e);
+        let due = due(e, st, now);
+        p.all.add(e, due);
+        p.gpu[(e.gpu.load(Ordering::Relaxed) as usize).min(MAX_GPUS - 1)].add(e, due);
     }
     p
 }
 
-/// Fork child: the parent's events are not ours; everything is free, the pool is made again.
+/// When unfinished entry `e` (in state `st`) should be done: its modelled end, or for a launch
+/// whose call has not returned yet (`RESERVED`: the driver may spend seconds in a first launch,
+/// loading the kernel's module) no earlier than its estimate from now: its work is not on the GPU
+/// yet, so it cannot be overdue there.
+fn due(e: &Entry, st: u32, now: u64) -> u64 {
+    let end = e.model_end_ns.load(Ordering::Relaxed);
+    if st == RESERVED {
+        end.max(now.saturating_add(e.est_ns.load(Ordering::Relaxed)))
+    } else {
+        end
+    }
+}
+
 /// One line per launch in flight (state, tracked, stream, estimate, and what the driver says of its
 /// events now), for `FREERIDE_GATE_VERBOSE=1` when a launch has been held long (cold: a side task's
 /// waiting path, never a trainer's).
@@ -274,6 +287,7 @@ pub fn describe(d: Option<&Drv>) -> String {
     out
 }
 
+/// Fork child: the parent's events are not ours; everything is free, the pool is made again.
 pub fn reset_after_fork() {
     for e in TABLE.iter() {
         e.state.store(FREE, Ordering::Relaxed);
@@ -282,5 +296,29 @@ pub fn reset_after_fork() {
     for p in &POOLS {
         p.state.store(0, Ordering::Relaxed);
         p.tries.store(0, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_launch_whose_call_has_not_returned_is_not_overdue_and_one_on_the_gpu_is() {
+        // Host-modelled entries (no driver): reserved at t=1000 with an estimate of 500 ns.
+        let slot = reserve(None, 0, 7, 42, 500, 1500, 1000).unwrap();
+        let now = 10_000_000;
+        let fl = retire(None, now, |_, _| {});
+        assert_eq!(fl.all.count, 1);
+        // Still inside its launch call (a first launch loading its module): due from now.
+        assert_eq!(fl.all.due_ns, now + 500);
+        arm(slot);
+        // Armed (the call returned) and modelled to end at 1500: due then, long past. (`retire`
+        // frees a host-modelled entry once its modelled end passed, so look before it.)
+        let fl = retire(None, 1200, |_, _| {});
+        assert_eq!((fl.all.count, fl.all.due_ns), (1, 1500));
+        let fl = retire(None, now, |_, _| {});
+        assert_eq!(fl.all.count, 0);
+        assert_eq!(TABLE[slot].state.load(Ordering::Relaxed), FREE);
     }
 }

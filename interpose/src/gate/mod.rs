@@ -72,12 +72,14 @@
 //! ungoverned). The memory budget ([`membudget`]) is independent of it.
 //!
 //! # What the agent's watchdog sees
-//! After every look at its in-flight table (each launch, and each synchronize call's return) the
-//! gate publishes in its ring header ([`freeride_abi::ring::GateStatus`]): how many admitted
-//! launches it has not seen complete, when the oldest of them should have finished by its own
-//! estimate (the serial model end of its admission), and when it looked. A side task stuck inside a
-//! kernel, or one that stops calling CUDA while its work runs on, leaves that `due` time in the
-//! past; the agent evicts it when it is overdue by its hang deadline (agent/src/watchdog.rs).
+//! After every look at its in-flight table (each launch, each synchronize call's return, and every
+//! 100 ms by the [`looker`] thread while the task's threads make no CUDA call) the gate publishes
+//! in its ring header ([`freeride_abi::ring::GateStatus`]): how many admitted launches it has not
+//! seen complete, when the oldest of them should have finished by its own estimate (the serial
+//! model end of its admission; for a launch whose call has not returned, no earlier than its
+//! estimate from the look), and when it looked. A side task stuck inside a kernel, or one whose
+//! kernel runs far longer than admitted, leaves that `due` time in the past; the agent evicts it
+//! when it is overdue by its hang deadline (agent/src/watchdog.rs).
 //!
 //! # Counters
 //! Launches held (that had to wait at least once), total wait ns, the in-flight maximum, and
@@ -88,6 +90,7 @@ pub mod drv;
 pub mod durations;
 pub mod grant;
 pub mod inflight;
+pub mod looker;
 pub mod membudget;
 pub mod vmm;
 
@@ -322,6 +325,19 @@ fn look(st: &mut Inner, d: Option<&'static drv::Drv>, now: u64) -> inflight::InF
     fl
 }
 
+/// When the gate last looked ([`look`], or a launch it admitted).
+static LAST_LOOK_NS: AtomicU64 = AtomicU64::new(0);
+
+/// The looker's round ([`looker`]): looks if no thread of the task has for [`looker::QUIET_NS`].
+fn look_if_quiet() {
+    let now = now_ns();
+    if now.saturating_sub(LAST_LOOK_NS.load(Ordering::Relaxed)) < looker::QUIET_NS {
+        return;
+    }
+    let mut l = lock();
+    look(l.inner(), drv::get(), now);
+}
+
 /// A launch of `key` on `stream`: admitted, or why it waits. `admitted_with` (a launch inside an
 /// admitted NCCL call): it goes at once, tracked as that call's work.
 fn decide(
@@ -362,6 +378,7 @@ fn decide(
     };
     gg.model_end_ns = model_end;
     gg.used_ns = gg.used_ns.saturating_add(est);
+    looker::ensure_started();
     let all = fl.all;
     let (due, admitted) = if all.count == 0 {
         (model_end, now)
@@ -396,6 +413,7 @@ fn decide_comm(cfg: &Config, now: u64, gpus: u64, key: u64, waited_ns: u64) -> D
 
 /// The in-flight summary for the agent's watchdog (ring header words; atomic stores).
 fn publish_status(inflight: u64, due_ns: u64, admitted_ns: u64, now: u64) {
+    LAST_LOOK_NS.store(now, Ordering::Relaxed);
     let busy = inflight > 0;
     rt::publish_gate_status(freeride_abi::ring::GateStatus {
         inflight,
@@ -613,6 +631,7 @@ pub fn mem_freed(ptr: u64) {
 /// lock may have been held by a thread that does not exist here.
 pub fn reset_after_fork() {
     inflight::reset_after_fork();
+    looker::reset_after_fork();
     membudget::reset_after_fork();
     vmm::reset_after_fork();
     GATE.locked.store(false, Ordering::Release);

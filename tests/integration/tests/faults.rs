@@ -367,8 +367,8 @@ fn a_sidetask_stuck_in_a_kernel_is_killed_and_the_trainer_finishes() {
         "hung",
         "evicted.hung",
     );
-    // Stuck inside a kernel, its gate has not looked since it admitted it: the line says so, which
-    // tells this apart from a gate that looks and still sees its launches in flight.
+    // The line says when its gate last looked (its looker looks every 100 ms while the task is
+    // stuck in its synchronize: the launch is still in flight on the GPU).
     assert!(
         agent.has_line(
             |l| l.contains(&format!("pid {}", hung.id())) && l.contains("its gate last looked")
@@ -387,6 +387,35 @@ fn a_sidetask_stuck_in_a_kernel_is_killed_and_the_trainer_finishes() {
         !agent.has_line(|l| l.contains(&format!("pid {}", good.id()))),
         "the well-behaved side task was acted on"
     );
+}
+
+/// A side task busy on its host after its work finished on the GPU (data loading, a first cuBLAS
+/// call loading its kernels: no CUDA call for seconds) is not hung: its gate's looker retires the
+/// finished launches, so the ring header does not say they are still running. Without the looker
+/// the watchdog evicted it (an H200 run, 2026-12-04: "2 launch(es) in flight, the oldest due 2000 ms
+/// ago").
+#[test]
+fn a_sidetask_busy_on_its_host_after_its_work_finished_is_left_alone() {
+    let _s = serial();
+    let bed = Bed::new("hostbusy");
+    let agent = bed.agent(&["--sidetask-hang-ms", "500"]);
+    // Long enough (~15 s) to grant both rounds of the side task; it runs to its end (a killed job
+    // would leave its ground-truth file behind).
+    let mut job = bed.job(100);
+    wait_learnt(&bed);
+    // 20 kernels of 300 us inside the grants, 2 s on the host (four deadlines), 20 more.
+    let (mut side, mut out) = bed.prog("sidetask", &["pause", "300", "20", "2000"]);
+    assert_eq!(read_line(&mut out), "ready");
+    assert_eq!(read_line(&mut out), "paused");
+    let st = wait_exit(&mut side, Duration::from_secs(120));
+    assert_eq!(read_line(&mut out), "done 40");
+    assert!(st.is_some_and(|s| s.success()), "side task: {st:?}");
+    assert!(
+        !agent.has_line(|l| l.contains(&format!("pid {}", side.id()))),
+        "the side task busy on its host was acted on"
+    );
+    let js = wait_exit(&mut job, Duration::from_secs(120));
+    assert!(js.is_some_and(|s| s.success()), "the trainer: {js:?}");
 }
 
 /// A stopped agent (descheduled, or here SIGSTOPped) corrects no prediction: side tasks stop
