@@ -5,6 +5,7 @@ use std::ffi::{c_int, c_void, CStr};
 use std::sync::OnceLock;
 
 pub type CtxGetCurrent = unsafe extern "C" fn(*mut *mut c_void) -> c_int;
+pub type CtxSetCurrent = unsafe extern "C" fn(*mut c_void) -> c_int;
 pub type EventCreate = unsafe extern "C" fn(*mut *mut c_void, u32) -> c_int;
 pub type EventRecord = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
 pub type EventQuery = unsafe extern "C" fn(*mut c_void) -> c_int;
@@ -18,6 +19,8 @@ pub const CU_EVENT_DEFAULT: u32 = 0;
 
 pub struct Drv {
     pub ctx_get_current: CtxGetCurrent,
+    /// For the [`super::looker`] thread, which has no context of its own.
+    pub ctx_set_current: Option<CtxSetCurrent>,
     pub event_create: EventCreate,
     pub event_record: EventRecord,
     pub event_query: EventQuery,
@@ -49,6 +52,8 @@ pub fn get() -> Option<&'static Drv> {
                 ctx_get_current: std::mem::transmute::<usize, CtxGetCurrent>(get(
                     c"cuCtxGetCurrent",
                 )?),
+                ctx_set_current: get(c"cuCtxSetCurrent")
+                    .map(|p| std::mem::transmute::<usize, CtxSetCurrent>(p)),
                 event_create: std::mem::transmute::<usize, EventCreate>(get(c"cuEventCreate")?),
                 event_record: std::mem::transmute::<usize, EventRecord>(get(c"cuEventRecord")?),
                 event_query: std::mem::transmute::<usize, EventQuery>(get(c"cuEventQuery")?),

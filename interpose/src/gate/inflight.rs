@@ -56,6 +56,8 @@ struct Pool {
     /// 0 not created, 1 ready, 2 given up (host model only).
     state: AtomicU8,
     tries: AtomicU32,
+    /// The context its events were made in (for the looker thread, which has none current).
+    ctx: AtomicUsize,
     events: [[AtomicUsize; 2]; SLOTS],
 }
 
@@ -63,6 +65,7 @@ static POOLS: [Pool; MAX_GPUS] = [const {
     Pool {
         state: AtomicU8::new(0),
         tries: AtomicU32::new(0),
+        ctx: AtomicUsize::new(0),
         events: [const { [const { AtomicUsize::new(0) }; 2] }; SLOTS],
     }
 }; MAX_GPUS];
@@ -79,12 +82,14 @@ pub fn ensure_pool(d: &Drv, gpu: usize) {
     if pool.state.load(Ordering::Relaxed) != 0 {
         return;
     }
-    if drv::current_ctx(d) == 0 {
+    let ctx = drv::current_ctx(d);
+    if ctx == 0 {
         if pool.tries.fetch_add(1, Ordering::Relaxed) > 10_000 {
             pool.state.store(2, Ordering::Relaxed);
         }
         return;
     }
+    pool.ctx.store(ctx, Ordering::Relaxed);
     for pair in pool.events.iter() {
         let mut s: *mut c_void = std::ptr::null_mut();
         let mut t: *mut c_void = std::ptr::null_mut();
@@ -210,27 +215,10 @@ pub fn retire(d: Option<&Drv>, now: u64, mut learn: impl FnMut(u64, u64)) -> InF
         if st == ARMED {
             if e.tracked.load(Ordering::Relaxed) == 1 {
                 if let Some(d) = d {
-                    let gpu = e.gpu.load(Ordering::Relaxed) as usize;
-                    let end = event(gpu, i, true);
-                    // SAFETY: real cuEventQuery of a recorded pool event.
-                    match unsafe { (d.event_query)(end) } {
-                        drv::CUDA_SUCCESS => {
-                            let mut ms: f32 = 0.0;
-                            let start = event(gpu, i, false);
-                            // SAFETY: real cuEventElapsedTime of two completed pool events of one
-                            // context, writing a float we own.
-                            let rc = unsafe { (d.elapsed)(&mut ms, start, end) };
-                            if rc == drv::CUDA_SUCCESS && ms.is_finite() && ms >= 0.0 {
-                                learn(e.key.load(Ordering::Relaxed), (ms as f64 * 1e6) as u64);
-                            }
-                            e.state.store(FREE, Ordering::Release);
-                            continue;
-                        }
-                        drv::CUDA_ERROR_NOT_READY => {}
-                        _ => {
-                            e.state.store(FREE, Ordering::Release);
-                            continue;
-                        }
+                    // Done, or an error (the event is not one the driver can say more of).
+                    if query_end(d, i, e, &mut learn) != Some(false) {
+                        e.state.store(FREE, Ordering::Release);
+                        continue;
                     }
                 }
             } else if now >= e.model_end_ns.load(Ordering::Relaxed) {
@@ -243,6 +231,61 @@ pub fn retire(d: Option<&Drv>, now: u64, mut learn: impl FnMut(u64, u64)) -> InF
         p.gpu[(e.gpu.load(Ordering::Relaxed) as usize).min(MAX_GPUS - 1)].add(e, due);
     }
     p
+}
+
+/// Whether armed, tracked entry `i` (`e`) is done: `Some(true)` (its duration handed to `learn`)
+/// once its end event completed, `Some(false)` while it has not, `None` if the driver answered an
+/// error.
+fn query_end(d: &Drv, i: usize, e: &Entry, learn: &mut impl FnMut(u64, u64)) -> Option<bool> {
+    let gpu = e.gpu.load(Ordering::Relaxed) as usize;
+    let end = event(gpu, i, true);
+    // SAFETY: real cuEventQuery of a recorded pool event.
+    match unsafe { (d.event_query)(end) } {
+        drv::CUDA_SUCCESS => {
+            let mut ms: f32 = 0.0;
+            let start = event(gpu, i, false);
+            // SAFETY: real cuEventElapsedTime of two completed pool events of one context,
+            // writing a float we own.
+            let rc = unsafe { (d.elapsed)(&mut ms, start, end) };
+            if rc == drv::CUDA_SUCCESS && ms.is_finite() && ms >= 0.0 {
+                learn(e.key.load(Ordering::Relaxed), (ms as f64 * 1e6) as u64);
+            }
+            Some(true)
+        }
+        drv::CUDA_ERROR_NOT_READY => Some(false),
+        _ => None,
+    }
+}
+
+/// The [`super::looker`]'s part of a look (gate lock held), on a thread with no context of its
+/// own: each GPU's pool context made current in turn, its armed entries whose end completed are
+/// retired (durations to `learn`). An error leaves an entry as it is (the driver may refuse a
+/// thread it does not know; the task's own threads retire it then), so a stuck task is never
+/// taken for done.
+pub fn retire_from_looker(d: &Drv, mut learn: impl FnMut(u64, u64)) {
+    let Some(set) = d.ctx_set_current else {
+        return;
+    };
+    for (gpu, pool) in POOLS.iter().enumerate() {
+        let ctx = pool.ctx.load(Ordering::Relaxed);
+        if pool.state.load(Ordering::Acquire) != 1 || ctx == 0 {
+            continue;
+        }
+        // SAFETY: real cuCtxSetCurrent on the looker's own thread, with a context the driver gave
+        // this process (the pool's events live in it as long as the process does).
+        if unsafe { set(ctx as *mut c_void) } != drv::CUDA_SUCCESS {
+            continue;
+        }
+        for (i, e) in TABLE.iter().enumerate() {
+            if e.state.load(Ordering::Acquire) == ARMED
+                && e.tracked.load(Ordering::Relaxed) == 1
+                && e.gpu.load(Ordering::Relaxed) as usize == gpu
+                && query_end(d, i, e, &mut learn) == Some(true)
+            {
+                e.state.store(FREE, Ordering::Release);
+            }
+        }
+    }
 }
 
 /// When unfinished entry `e` (in state `st`) should be done: its modelled end, or for a launch

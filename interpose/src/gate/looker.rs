@@ -7,7 +7,10 @@
 //! A task stuck inside a kernel still reads as hung: its launch never completes, whoever looks.
 //!
 //! Started once per process at the first launch the gate tracks (a side task's thread, slow
-//! path), again in a fork child; it looks only when the gate has not looked for [`QUIET_NS`].
+//! path), again in a fork child; it looks only when the gate has not looked for [`QUIET_NS`],
+//! each GPU's events with that GPU's pool context made current on it
+//! ([`super::inflight::retire_from_looker`]); an entry the driver will not answer for stays in
+//! flight (never taken for done).
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The gate has not looked for this long: the looker looks (a tenth of the watchdog's default

@@ -335,7 +335,13 @@ fn look_if_quiet() {
         return;
     }
     let mut l = lock();
-    look(l.inner(), drv::get(), now);
+    let st = l.inner();
+    if let Some(d) = drv::get() {
+        let dur = &mut st.dur;
+        inflight::retire_from_looker(d, |k, ns| dur.learn(k, ns));
+    }
+    // What is left, counted and published (no driver call from this thread).
+    look(st, None, now);
 }
 
 /// A launch of `key` on `stream`: admitted, or why it waits. `admitted_with` (a launch inside an
