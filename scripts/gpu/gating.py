@@ -183,7 +183,7 @@ class Runner:
                     self.calib = {k: tr.get(k) for k in ("n_matmul", "gap_bytes", "gap_est_ns")}
                 st = read_json(os.path.join(sess, "agent-status.json"))
                 if st:
-                    res["agent_status"] = {"gpus": st.get("gpus"),
+                    res["agent_status"] = {"gpus": st.get("gpus"), "sidetasks": st.get("sidetasks"),
                                            "processes": [{k: p.get(k) for k in ("pid", "role", "events", "dropped", "invalid")}
                                                          for p in st.get("processes", [])]}
         except Exception as e:
@@ -193,6 +193,13 @@ class Runner:
             self.stop_all(agent, sides, stop_file, grant_path, gated, res)
             if monitor is not None:
                 monitor.stop()
+            # The watchdog's evictions, as the agent logged them (a gated side task evicted as hung
+            # on the first run of 2026-12-04; its likely cause is fixed since: this shows whether).
+            try:
+                with open(os.path.join(wd, "agent.log")) as f:
+                    res["evictions"] = [l.strip() for l in f if "evicted side task" in l]
+            except OSError:
+                pass
         if t0 is not None and t1 is not None and t1 > t0:
             span = (t1 - t0) / 1e9
             res["window_s"] = span

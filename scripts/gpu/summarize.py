@@ -246,6 +246,8 @@ def main():
             ag = c.get("agent_status") or {}
             for gpu in ag.get("gpus") or []:
                 parts.append("agent: %s bubbles, share %s%%" % (gpu.get("bubbles"), f(100 * (gpu.get("bubble_share") or 0), "%.0f")))
+            if c.get("evictions"):
+                parts.append("EVICTED %d: %s" % (len(c["evictions"]), c["evictions"][0][-200:]))
             target = ""
             met = ""
             if k == "gated_agent" or k == "gated_standin":
