@@ -222,7 +222,8 @@ def main():
         cmpd = g.get("comparison") or {}
         for k, c in cfgs.items():
             if c.get("status") != "ok":
-                L.append("| %s | %s | %s: %s | | **NO** |" % (label, k, c.get("status"), " ".join(c.get("errors") or [])[:160].replace("\n", " ").replace("|", "/")))
+                ev = ("; EVICTED %d: %s" % (len(c["evictions"]), c["evictions"][0][-200:])) if c.get("evictions") else ""
+                L.append("| %s | %s | %s: %s%s | | **NO** |" % (label, k, c.get("status"), " ".join(c.get("errors") or [])[:160].replace("\n", " ").replace("|", "/"), ev.replace("|", "/")))
                 continue
             parts = []
             tr = c.get("trainer")
