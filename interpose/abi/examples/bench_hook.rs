@@ -17,9 +17,9 @@
 //!   with this process's own calibration; `abi_clock` says whether it reached the TSC) and
 //!   `clock_gettime(CLOCK_MONOTONIC)` (the hook's clock before), per read.
 //!
-//! * A phase of 4 threads fits in its lanes (`FREERIDE_RING_CAPACITY=2097152`: 4 lanes of 524288
-//!   records, at least 2 x 200000; with the default lanes, 3 for launching threads and 1 for comm
-//!   threads, two of 4 launching threads share one), so a consumer that falls behind while 4
+//! * A phase of 4 threads fits in its lanes (`FREERIDE_RING_CAPACITY=2097152`: with the default 8
+//!   lanes, 7 for launching threads, a lane of 262144 records each, more than a round's 200000;
+//!   with `FREERIDE_RING_LANES=1` one of 2097152), so a consumer that falls behind while 4
 //!   launching threads hold both cores never turns pushes into (cheaper) drops.
 //!
 //! Usage: bench_hook [launches per thread per round (default 200000)] [rounds (default 15)]
