@@ -221,7 +221,7 @@ if [ -x "$BIN/bench/bench_hook" ] && [ -e "$BIN/bench/libcuda.so.1" ]; then
     mkdir -p "$WORK/hook_bench"
     cp "$BIN/libfreeride.so" "$WORK/hook_bench/" 2>/dev/null
     cp "$BIN/bench/bench_hook" "$BIN/bench/libcuda.so.1" "$WORK/hook_bench/" 2>/dev/null
-    step hook_bench 60 env FREERIDE_BENCH_PREBUILT="$WORK/hook_bench" FREERIDE_BENCH_CALLGRIND=0 \
+    step hook_bench 90 env FREERIDE_BENCH_PREBUILT="$WORK/hook_bench" FREERIDE_BENCH_CALLGRIND=0 \
         sh -c '"$1" >"$2"' sh "$ROOT/scripts/bench-hook" "$RES/hook_bench.json"
 else
     log "hook_bench: skipped (no $BIN/bench/bench_hook carried)"

@@ -7,7 +7,8 @@ It appends the CLOCK_MONOTONIC ns at which each step finished (after a stream sy
 to --steps-file, one per line, so the orchestrator can count the steps inside the trainer's
 measurement window. It writes --ready-file after importing torch and creating its CUDA context,
 before its first kernel (a gated task's first kernel waits for a grant), and stops at the first
-step boundary after --stop-file exists (or after --max-seconds).
+step boundary after --stop-file exists (or after --max-seconds, or --seconds-after-first-step after
+its first step: on the H200 of 2026-12-04 the first step took 6.5 s, its kernels' modules loading).
 """
 import argparse
 import os
@@ -29,6 +30,8 @@ def main():
     ap.add_argument("--batch", type=int, default=2048)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--max-seconds", type=float, default=120.0)
+    ap.add_argument("--seconds-after-first-step", type=float, default=None,
+                    help="also stop this long after the first step (whose kernel loading can take seconds)")
     args = ap.parse_args()
 
     torch = common.torch_or_exit("gating_sidetask.py")
@@ -68,6 +71,8 @@ def main():
             if steps % 50 == 1:
                 losses.append(float(loss))
             if os.path.exists(args.stop_file) or time.monotonic() - t_start > args.max_seconds:
+                break
+            if args.seconds_after_first_step is not None and (t - first_step_ns) / 1e9 > args.seconds_after_first_step:
                 break
     write_json(args.out, {"pid": os.getpid(), "steps": steps, "flops_per_step": flops_per_step,
                           "first_step_ns": first_step_ns, "losses_sampled": losses,

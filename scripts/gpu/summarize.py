@@ -83,6 +83,7 @@ def compact(summary, full_path):
                       "iter_slowdown_pct": r((cmpd.get(k) or {}).get("iter_ms_p50_slowdown_pct"), 2),
                       "busy_slowdown_pct": r((cmpd.get(k) or {}).get("busy_ms_p50_slowdown_pct"), 2),
                       "side_steps_per_s": r(v.get("side_steps_per_s"), 2),
+                      "side_steps_per_s_after_first_step": r(v.get("side_steps_per_s_after_first_step"), 2),
                       "side_tflops": r(v.get("side_tflops"), 1),
                       "grants": (v.get("grants") or {}).get("grants_opened_in_window"),
                       "gate": v.get("gate"),
@@ -239,6 +240,8 @@ def main():
                 parts.append("side task %s steps/s, %s TFLOP/s%s" % (
                     f(c["side_steps_per_s"], "%.1f"), f(c.get("side_tflops"), "%.0f"),
                     (", %s%% of alone" % f(100 * cm["side_throughput_vs_alone"], "%.0f")) if "side_throughput_vs_alone" in cm else ""))
+                if c.get("side_steps_per_s_after_first_step") is not None and k != "side_alone":
+                    parts.append("after its first step %s steps/s" % f(c["side_steps_per_s_after_first_step"], "%.1f"))
             gr = c.get("grants")
             if gr and k != "side_alone":
                 parts.append("grants %s (open %s%%)" % (gr.get("grants_opened_in_window"), f(100 * (gr.get("grant_open_share") or 0), "%.0f")))
