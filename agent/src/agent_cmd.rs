@@ -182,6 +182,11 @@ pub fn main(a: AgentArgs) -> i32 {
             mem_grace_ns: a.sidetask_mem_grace_ms.saturating_mul(1_000_000),
         },
     );
+    // Trainers report their ops' ends lazily while no side task is on the node, unless
+    // FREERIDE_COMM_ENDS=prompt (crate::ends).
+    if std::env::var(freeride_abi::env::COMM_ENDS).as_deref() != Ok("prompt") {
+        node = node.letting_ends_be_lazy();
+    }
     let mut last_publish = 0u64;
     let mut bubbles = 0u64;
     while !STOP.load(Ordering::Acquire) && deadline.is_none_or(|d| now_ns() < d) {

@@ -52,6 +52,9 @@ pub struct ProcessView {
     pub mem_held_bytes: u64,
     /// The same per GPU: (device, bytes), in device order.
     pub mem_by_device: Vec<(i32, u64)>,
+    /// Until when its comm ops' ends may reach the agent late (0: never; what its ring header
+    /// says, see [`freeride_abi::ring::RingHeader::ends_late_until`]).
+    pub ends_late_until_ns: Ns,
 }
 
 impl ProcessView {
@@ -204,6 +207,7 @@ impl Collector {
                 });
             }
             p.view.dropped = info.dropped;
+            p.view.ends_late_until_ns = p.reader.ends_late_until();
             if info.device >= 0 {
                 p.view.device = info.device;
             }
@@ -280,6 +284,7 @@ impl Collector {
                         invalid: 0,
                         mem_held_bytes: 0,
                         mem_by_device: vec![],
+                        ends_late_until_ns: 0,
                     };
                     self.procs.insert(
                         path,
@@ -355,6 +360,16 @@ impl Collector {
     }
 
     /// The processes whose rings are open now.
+    /// Lets every ring but the side tasks' report its comm ops' ends lazily until `until_ns` (0:
+    /// promptly; see [`freeride_abi::ring::RingHeader::ends_lazy`]).
+    pub fn let_trainer_ends_be_lazy_until(&self, until_ns: Ns) {
+        for p in self.procs.values() {
+            if p.view.role != Some(Role::Sidetask) {
+                p.reader.let_ends_be_lazy_until(until_ns);
+            }
+        }
+    }
+
     pub fn processes(&self) -> Vec<ProcessView> {
         let mut v: Vec<ProcessView> = self.procs.values().map(|p| p.view.clone()).collect();
         v.sort_by_key(|p| p.pid);
@@ -608,6 +623,41 @@ fn translate(p: &mut Proc, d: &Decoded, now: Ns, out: &mut Vec<TrainerObs>) {
         _ => return,
     };
     push(obs);
+}
+
+/// Rings as the interposer makes them, for the agent's tests.
+#[cfg(test)]
+pub(crate) mod test_rings {
+    use freeride_abi::ring::{self, Geometry, RingView};
+    use freeride_abi::{session, Role};
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    use std::path::{Path, PathBuf};
+
+    /// 64-byte aligned memory to build a ring's bytes in.
+    #[repr(C, align(64))]
+    #[derive(Clone, Copy)]
+    struct Line([u8; 64]);
+
+    /// A ring of `role` for process `pid` (started at `start_ns`) in `dir`.
+    pub(crate) fn ring_file(dir: &Path, pid: u32, start_ns: u64, role: Role) -> PathBuf {
+        let cap = ring::MIN_CAPACITY;
+        let size = ring::file_size(cap);
+        let mut mem = vec![Line([0; 64]); size.div_ceil(64)];
+        // SAFETY: `mem` holds at least file_size(cap) bytes, 64-aligned, and outlives the view.
+        let v = unsafe { RingView::new(mem.as_mut_ptr() as *mut u8, Geometry::single(cap)) };
+        v.initialize(pid, role as u32, start_ns);
+        // SAFETY: the same `size` bytes of `mem`, initialized above.
+        let bytes = unsafe { std::slice::from_raw_parts(mem.as_ptr() as *const u8, size) };
+        let path = dir.join(session::ring_file_name(pid, start_ns));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .and_then(|f| f.write_all_at(bytes, 0))
+            .unwrap();
+        path
+    }
 }
 
 #[cfg(test)]

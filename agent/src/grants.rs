@@ -236,6 +236,20 @@ impl Grants {
         Some(self.policy.mem_budget(*mem))
     }
 
+    /// Whether an SDK side task is on the node (its status file; re-read every
+    /// [`SIDETASKS_RESCAN_NS`]).
+    pub fn any_sdk_task(&mut self, now: Ns) -> bool {
+        self.rescan_tasks(now);
+        self.tasks.values().any(|t| !t.is_empty())
+    }
+
+    fn rescan_tasks(&mut self, now: Ns) {
+        if now.saturating_sub(self.tasks_read_ns) >= SIDETASKS_RESCAN_NS {
+            self.tasks = sidetasks::scan(&self.dir);
+            self.tasks_read_ns = now;
+        }
+    }
+
     /// Drops a side task that ended from the scheduler's view at once (its priority and step
     /// size no longer shape the grants), without waiting for the next status scan.
     pub fn forget(&mut self, pid: u32) {
@@ -271,10 +285,7 @@ impl Grants {
                 }
             }
         }
-        if now.saturating_sub(self.tasks_read_ns) >= SIDETASKS_RESCAN_NS {
-            self.tasks = sidetasks::scan(&self.dir);
-            self.tasks_read_ns = now;
-        }
+        self.rescan_tasks(now);
         let fresh_ns = self.fresh_ns();
         let (w, current) = self.writers.get_mut(&gpu).expect("inserted above");
         let tasks = self

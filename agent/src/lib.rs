@@ -5,6 +5,7 @@ pub mod claim;
 pub mod collect;
 pub mod comm_match;
 pub mod doctor;
+pub mod ends;
 pub mod evict;
 pub mod grant_log;
 pub mod grants;

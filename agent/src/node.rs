@@ -2,6 +2,7 @@
 //! and knows each physical GPU's state now.
 use crate::bell::{pause_for, Bell};
 use crate::collect::{Collector, ProcessView, TrainerObs};
+use crate::ends::{self, EndsSteering};
 use crate::grant_log::GrantLog;
 use crate::grants::{decide_all, GrantPolicy, Grants};
 use crate::inference::gpus::Gpus;
@@ -59,6 +60,8 @@ pub struct Node {
     bell: Bell,
     /// How late GPU-side observations reach the agent.
     report_lag: ReportLag,
+    /// How promptly the trainers report their ops' ends ([`crate::ends`]).
+    ends: EndsSteering,
 }
 
 impl Node {
@@ -73,6 +76,7 @@ impl Node {
             watchdog: None,
             bell: Bell::new(dir),
             report_lag: ReportLag::default(),
+            ends: EndsSteering::prompt(),
         }
     }
 
@@ -93,6 +97,18 @@ impl Node {
             watchdog: Some(Watchdog::new(dir, watchdog)),
             ..Node::new(dir)
         }
+    }
+
+    /// Lets the trainers report their ops' ends lazily while no side task is on the node
+    /// ([`crate::ends`]; `freeride agent`). Without it they are always asked for prompt ends.
+    pub fn letting_ends_be_lazy(mut self) -> Node {
+        self.ends = EndsSteering::lazy_while_nobody_harvests();
+        self
+    }
+
+    /// Whether the trainers are being told now that their ends may be lazy.
+    pub fn ends_lazy_now(&self) -> bool {
+        self.ends.lazy_now()
     }
 
     /// Also logs every grant it publishes (see [`Node::grant_log`]).
@@ -151,9 +167,14 @@ impl Node {
         let live = |pid: u32| procs.iter().any(|p| p.pid == pid);
         self.gpus.retain(live);
         self.totals.retain(|k, _| live(k.0));
+        let harvest = ends::sidetask_ring_live(&procs)
+            || self.grants.as_mut().is_some_and(|g| g.any_sdk_task(now));
+        self.ends.steer(now, harvest, &self.collector);
         if let Some(grants) = &mut self.grants {
             for (gpu, grant) in decide_all(grants.policy(), &self.gpus, now) {
                 let trainers: Vec<u32> = self.gpus.on(gpu).map(|(p, _, _)| p).collect();
+                // A trainer whose ends may still come late: the bubble may already be over.
+                let grant = grant.filter(|_| !ends::ends_may_be_late(&procs, &trainers, now));
                 // Memory on this GPU, whatever GPU each process mostly uses.
                 let ordinal = gpu.field();
                 let mem = procs

@@ -381,34 +381,13 @@ impl Watchdog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use freeride_abi::ring::{self, Geometry, RingView, STATE_EXITED};
+    use freeride_abi::ring::STATE_EXITED;
     use freeride_abi::Role;
-    use std::os::unix::fs::{FileExt, OpenOptionsExt};
-
-    /// 64-byte aligned memory to build a ring's bytes in.
-    #[repr(C, align(64))]
-    #[derive(Clone, Copy)]
-    struct Line([u8; 64]);
+    use std::os::unix::fs::FileExt;
 
     /// A side task's ring for `pid`, as the interposer makes it.
     fn sidetask_ring(dir: &Path, pid: u32, start_ns: u64) -> PathBuf {
-        let cap = ring::MIN_CAPACITY;
-        let size = ring::file_size(cap);
-        let mut mem = vec![Line([0; 64]); size.div_ceil(64)];
-        // SAFETY: `mem` holds at least file_size(cap) bytes, 64-aligned, and outlives the view.
-        let v = unsafe { RingView::new(mem.as_mut_ptr() as *mut u8, Geometry::single(cap)) };
-        v.initialize(pid, Role::Sidetask as u32, start_ns);
-        // SAFETY: the same `size` bytes of `mem`, initialized above.
-        let bytes = unsafe { std::slice::from_raw_parts(mem.as_ptr() as *const u8, size) };
-        let path = dir.join(session::ring_file_name(pid, start_ns));
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .and_then(|f| f.write_all_at(bytes, 0))
-            .unwrap();
-        path
+        crate::collect::test_rings::ring_file(dir, pid, start_ns, Role::Sidetask)
     }
 
     /// Two side tasks that end before the watchdog's first look: the one that marked its ring

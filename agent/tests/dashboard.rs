@@ -30,6 +30,7 @@ fn exported() -> BTreeMap<String, BTreeSet<String>> {
         invalid: 0,
         mem_held_bytes: 1,
         mem_by_device: vec![(0, 1)],
+        ends_late_until_ns: 0,
     };
     let wd = Watchdog::new(
         std::path::Path::new("/nonexistent"),

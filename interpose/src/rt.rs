@@ -186,6 +186,20 @@ pub fn publish_gate_status(g: ring::GateStatus) {
     }
 }
 
+/// Whether the agent lets this process report its communication ops' ends lazily at `now` (the
+/// ring header's `lazy_ends_until_ns`; no ring: no). One atomic load.
+pub fn ends_lazy(now: u64) -> bool {
+    shm_view().is_some_and(|v| v.header().ends_lazy(now))
+}
+
+/// Tells the agent that ends completing from now on may reach it as late as `until_ns` (no ring:
+/// nothing). One atomic.
+pub fn say_ends_late_until(until_ns: u64) {
+    if let Some(v) = shm_view() {
+        v.header().say_ends_late_until(until_ns);
+    }
+}
+
 /// Sets (`on`) or clears `bit` in this process's ring header `features` (no ring: nothing;
 /// false). Atomic only.
 pub fn set_ring_feature(bit: u32, on: bool) -> bool {

@@ -64,6 +64,10 @@ pub mod env {
     /// `0`: the comm poller polls on a timer instead of being woken by the driver once per event
     /// (`cuLaunchHostFunc` on a private stream), for A/B measurements.
     pub const COMM_NOTIFY: &str = "FREERIDE_COMM_NOTIFY";
+    /// How promptly the comm threads report ops' ends: `prompt` (always, as when the agent says
+    /// someone harvests), `lazy` (always in batches: A/B measurements), unset or `auto`: as the
+    /// agent says in the ring header ([`crate::ring::RingHeader::ends_lazy`]).
+    pub const COMM_ENDS: &str = "FREERIDE_COMM_ENDS";
     /// Fastest poll interval of the comm-timing poller, µs (default 100), where the driver does
     /// not wake it ([`COMM_NOTIFY`]).
     pub const POLL_US: &str = "FREERIDE_POLL_US";

@@ -277,6 +277,17 @@ impl RingReader {
         }
     }
 
+    /// Lets the writer report its ops' ends lazily until `until_ns` (0: promptly), the one
+    /// header word the agent writes besides the tails ([`crate::ring::RingHeader::ends_lazy`]).
+    pub fn let_ends_be_lazy_until(&self, until_ns: u64) {
+        self.view.header().let_ends_be_lazy_until(until_ns);
+    }
+
+    /// Until when the writer's ends may reach this reader late (0: never; untrusted).
+    pub fn ends_late_until(&self) -> u64 {
+        self.view.header().ends_late_until()
+    }
+
     /// What the process's side-task gate last published (all zero for a trainer, or a side task
     /// whose gate has admitted nothing yet). Untrusted values.
     pub fn gate_status(&self) -> crate::ring::GateStatus {

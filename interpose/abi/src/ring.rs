@@ -23,6 +23,8 @@
 //! | 264 | 8 | `gate_due_ns`: when the oldest of them should have finished, by the gate's estimate (0: none) |
 //! | 272 | 8 | `gate_checked_ns`: when the gate last looked at its launches' completion |
 //! | 280 | 8 | `gate_admitted_ns`: when the oldest of them was admitted (0: none) |
+//! | 288 | 8 | `ends_late_until_ns`: until when ends this process's comm threads have not read yet may still reach the agent late (0: never late) |
+//! | 320 | 8 | `lazy_ends_until_ns`: written by the agent: until when the process may report its communication ops' ends lazily (0: promptly) |
 //! | 1024 + 128 k | 8 | `head` of lane k (k >= 1) |
 //! | 1088 + 128 k | 8 | `tail` of lane k (k >= 1) |
 //! | 4096 | 64 x capacity | slots: `seq` (commit word) + 7 record words; lane k's are the k-th `capacity / lanes` |
@@ -50,6 +52,16 @@
 //!
 //! `features` (zero in rings of builds before it) works the same way: a reader of an older ring
 //! sees no bit set and does without.
+//!
+//! `lazy_ends_until_ns` is the one word the agent writes besides the tails: while it is in the
+//! future (the agent's clock, `CLOCK_MONOTONIC`), nobody on the node harvests bubbles and the
+//! process's comm threads may read its ops' ends in batches instead of waking at each
+//! ([`RingHeader::ends_lazy`]). Zero, which every ring starts with and agents before it never
+//! change, asks for prompt ends as before, and a process before it never reads it: no version
+//! change either way. The agent renews it; an agent that dies lets it run out. The process answers
+//! in `ends_late_until_ns`: each time one of its comm threads leaves ends to be read later, how
+//! long they may wait. The agent grants nothing on a GPU with a trainer whose ends may still be
+//! late, however it came to be lazy (the agent's word, or `FREERIDE_COMM_ENDS=lazy`).
 //!
 //! Safety against hostile memory: the producer keeps `capacity` in its own memory (never re-read
 //! from the file), indexes with `pos & mask`, and gives up after a few CAS retries, so garbage in
@@ -120,7 +132,12 @@ pub struct RingHeader {
     pub gate_due_ns: AtomicU64,
     pub gate_checked_ns: AtomicU64,
     pub gate_admitted_ns: AtomicU64,
-    _r4: [u64; 4],
+    /// The process's answer to `lazy_ends_until_ns` (see the module docs).
+    pub ends_late_until_ns: AtomicU64,
+    _r4: [u64; 3],
+    /// The agent's word, on a cache line of its own (see the module docs).
+    pub lazy_ends_until_ns: AtomicU64,
+    _r5: [u64; 7],
 }
 
 /// What a side task's gate last published about its GPU work in flight (header words at 256).
@@ -148,6 +165,29 @@ impl RingHeader {
         }
     }
 
+    /// Whether the process may report its ops' ends lazily at `now` (the agent said nobody
+    /// harvests, until a time still ahead).
+    pub fn ends_lazy(&self, now: u64) -> bool {
+        self.lazy_ends_until_ns.load(Ordering::Relaxed) > now
+    }
+
+    /// The agent's side: ends may be lazy until `until_ns` (0: prompt from now on).
+    pub fn let_ends_be_lazy_until(&self, until_ns: u64) {
+        self.lazy_ends_until_ns.store(until_ns, Ordering::Relaxed);
+    }
+
+    /// The process's side: an end that completes from now on may reach the agent as late as
+    /// `until_ns` (kept if an earlier call said later).
+    pub fn say_ends_late_until(&self, until_ns: u64) {
+        self.ends_late_until_ns
+            .fetch_max(until_ns, Ordering::Relaxed);
+    }
+
+    /// Until when this process's ends may reach the agent late (0: never said; untrusted).
+    pub fn ends_late_until(&self) -> u64 {
+        self.ends_late_until_ns.load(Ordering::Relaxed)
+    }
+
     /// Publishes the gate's status (the side task's gate, under its lock).
     pub fn publish_gate_status(&self, g: GateStatus) {
         self.gate_inflight.store(g.inflight, Ordering::Relaxed);
@@ -173,6 +213,8 @@ const _: () = assert!(std::mem::offset_of!(RingHeader, device) == 40);
 const _: () = assert!(std::mem::offset_of!(RingHeader, features) == 48);
 const _: () = assert!(std::mem::offset_of!(RingHeader, gate_inflight) == 256);
 const _: () = assert!(std::mem::offset_of!(RingHeader, lanes) == 52);
+const _: () = assert!(std::mem::offset_of!(RingHeader, lazy_ends_until_ns) == 320);
+const _: () = assert!(std::mem::offset_of!(RingHeader, ends_late_until_ns) == 288);
 const _: () = assert!(std::mem::size_of::<RingHeader>() <= LANES_OFFSET);
 const _: () = assert!(LANES_OFFSET + (MAX_LANES as usize - 1) * LANE_STRIDE <= HEADER_SIZE);
 

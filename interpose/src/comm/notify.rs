@@ -49,6 +49,45 @@ pub(super) const LANES: usize = 8;
 /// a safety net (a wake-up that never came) and the poller's housekeeping cadence.
 pub(super) const NOTIFIED_IDLE_NS: u64 = 50_000_000;
 
+/// How long a waiter sleeps between looks while ends may be reported lazily ([`ends_lazy`]).
+pub(super) const LAZY_NS: u64 = 50_000_000;
+/// What a lazy waiter adds to [`LAZY_NS`] when it says how late its ends may come: its poll after
+/// the sleep, and a late wake-up.
+pub(super) const LAZY_SLACK_NS: u64 = 20_000_000;
+
+/// [`env::COMM_ENDS`], read once: 0 not read yet, then [`ENDS_AUTO`], [`ENDS_PROMPT`] or
+/// [`ENDS_LAZY`].
+static ENDS: AtomicU8 = AtomicU8::new(0);
+const ENDS_AUTO: u8 = 1;
+const ENDS_PROMPT: u8 = 2;
+const ENDS_LAZY: u8 = 3;
+
+/// Whether a waiter may leave its lane's ends to be read in a batch every [`LAZY_NS`] instead of
+/// waking at each: the agent says nobody on the node harvests bubbles (the ring header's
+/// `lazy_ends_until_ns`, renewed while so; it runs out if the agent dies), or
+/// `FREERIDE_COMM_ENDS=lazy` says so; never with `FREERIDE_COMM_ENDS=prompt`. The GPU's times of
+/// a lazily read end are exact; only their arrival at the agent waits. A waiter thread's call,
+/// never the hook path's.
+pub(super) fn ends_lazy(now: u64) -> bool {
+    let mode = match ENDS.load(Ordering::Relaxed) {
+        0 => {
+            let m = match std::env::var(env::COMM_ENDS).as_deref() {
+                Ok("prompt") => ENDS_PROMPT,
+                Ok("lazy") => ENDS_LAZY,
+                _ => ENDS_AUTO,
+            };
+            ENDS.store(m, Ordering::Relaxed);
+            m
+        }
+        m => m,
+    };
+    match mode {
+        ENDS_PROMPT => false,
+        ENDS_LAZY => true,
+        _ => crate::rt::ends_lazy(now),
+    }
+}
+
 /// The poller's futex word: bumped by a lane's host function while the lane has no waiter.
 static WAKE: AtomicU32 = AtomicU32::new(0);
 

@@ -231,6 +231,16 @@ fn waiter(lane: usize, gen: u32) {
         if locked_poll(d, tid, Lock::Wait).reported {
             ring_bell();
         }
+        let now = now_ns();
+        if notify::ends_lazy(now) {
+            // Nobody harvests: the lane's ends are read in one poll every LAZY_NS (the agent told
+            // how late they may come, so that it grants nothing meanwhile). Busy, so that the
+            // hooks queue no begin wake-ups; back to prompt at the next look.
+            rt::say_ends_late_until(now + notify::LAZY_NS + notify::LAZY_SLACK_NS);
+            notify::set_busy(lane);
+            notify::sleep(Some(lane), seq, notify::LAZY_NS);
+            continue;
+        }
         let mut next = oldest_armed(me);
         if next.is_none() {
             // Idle: pairs armed from now on queue a wake-up; one armed before is found here.
