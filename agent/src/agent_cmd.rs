@@ -210,6 +210,13 @@ pub fn main(a: AgentArgs) -> i32 {
                 state["sidetasks"] = status::watchdog_json(wd);
             }
             state["sidetasks"]["tasks"] = status::sidetasks_json(&dir, &procs);
+            // How the trainers are asked to report their ops' ends (crate::ends).
+            state["ends"] = if node.ends_lazy_now() {
+                "lazy"
+            } else {
+                "prompt"
+            }
+            .into();
             if let Err(e) = status::publish(&dir, &state) {
                 eprintln!("freeride agent: cannot publish state: {e}");
             }

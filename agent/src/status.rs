@@ -37,6 +37,7 @@ pub fn to_json(now_ns: u64, agent_pid: u32, gpus: &[GpuState], procs: &[ProcessV
             "invalid": p.invalid,
             "mem_held_bytes": p.mem_held_bytes,
             "mem_by_device": p.mem_by_device.iter().map(|(d, b)| json!({"device": d, "bytes": b})).collect::<Vec<_>>(),
+            "ends_late_until_ns": p.ends_late_until_ns,
         })).collect::<Vec<_>>(),
     })
 }

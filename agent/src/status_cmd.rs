@@ -119,6 +119,13 @@ pub fn main(a: StatusArgs) -> i32 {
         );
     }
     print_sidetasks(&v["sidetasks"]);
+    match v["ends"].as_str() {
+        Some("lazy") => println!(
+            "trainers' communication ends: read in batches (no side task on the node; no grant until they are prompt)"
+        ),
+        Some("prompt") => println!("trainers' communication ends: reported as they happen"),
+        _ => {}
+    }
     0
 }
 

@@ -435,6 +435,68 @@ fn only_one_agent_serves_a_directory_even_when_started_at_once() {
 /// What an agent made goes when it stops (issue 16): its pid file, its state, the grant blocks
 /// and the doorbell (no live process rings it any more); and the status file of a side task
 /// whose process is gone does not pile up. While the task lives, `freeride status` shows it.
+/// While no side task is on the node the agent lets the trainers read their ops' ends in batches
+/// (each trainer's ring then says how late its ends may come, so the agent grants nothing there
+/// meanwhile); an SDK side task's status file makes it ask for prompt ends again, and the trainers
+/// stop saying their ends may be late.
+#[test]
+fn trainers_read_ends_lazily_until_a_sidetask_comes() {
+    use freeride_tests::KillOnDrop;
+    let dir = session("ends");
+    let _a = KillOnDrop(agent(&dir));
+    let mut j = KillOnDrop(job(&dir, 30));
+    // The largest "late until" among the trainers, and the agent's clock, as it published them.
+    let late = |v: &Value| {
+        let most = v["processes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["role"] == "trainer")
+            .filter_map(|p| p["ends_late_until_ns"].as_u64())
+            .max()
+            .unwrap_or(0);
+        (most, v["t_ns"].as_u64().unwrap_or(0))
+    };
+    let wait = |what: &str, f: &dyn Fn(&Value) -> bool| {
+        let t0 = Instant::now();
+        loop {
+            match status(&dir) {
+                Some(v) if f(&v) => return v,
+                v if t0.elapsed() > Duration::from_secs(20) => panic!("{what}: {v:?}"),
+                _ => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    };
+    wait("the trainers never read their ends lazily", &|v| {
+        let (most, now) = late(v);
+        v["ends"] == "lazy" && most > now
+    });
+    let mut task = KillOnDrop(Command::new("sleep").arg("60").spawn().unwrap());
+    let file = dir.join(format!("sidetask-{}.json", task.id()));
+    std::fs::write(
+        &file,
+        format!(
+            r#"{{"pid":{},"task":"ends-probe","device":0,"state":"waiting"}}"#,
+            task.id()
+        ),
+    )
+    .unwrap();
+    wait("the agent did not ask for prompt ends", &|v| {
+        v["ends"] == "prompt"
+    });
+    // Every trainer's last lazy look has run out (50 ms and its slack), and none came after.
+    std::thread::sleep(Duration::from_millis(300));
+    wait("a trainer still says its ends may be late", &|v| {
+        let (most, now) = late(v);
+        most < now
+    });
+    task.kill().unwrap();
+    task.wait().unwrap();
+    let _ = std::fs::remove_file(&file);
+    assert!(j.wait().unwrap().success(), "the job failed");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_stopped_agent_leaves_nothing_behind_and_status_shows_side_tasks() {
     use freeride_tests::KillOnDrop;
