@@ -359,7 +359,6 @@ impl Collector {
         std::mem::take(&mut self.closed_sidetasks)
     }
 
-    /// The processes whose rings are open now.
     /// Lets every ring but the side tasks' report its comm ops' ends lazily until `until_ns` (0:
     /// promptly; see [`freeride_abi::ring::RingHeader::ends_lazy`]).
     pub fn let_trainer_ends_be_lazy_until(&self, until_ns: Ns) {
@@ -370,6 +369,18 @@ impl Collector {
         }
     }
 
+    /// Until when process `pid`'s ends may reach the agent late, read from its rings now (after
+    /// the agent's last word: see [`crate::ends`]); 0: never said.
+    pub fn ends_late_until(&self, pid: u32) -> Ns {
+        self.procs
+            .values()
+            .filter(|p| p.view.pid == pid)
+            .map(|p| p.reader.ends_late_until())
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The processes whose rings are open now.
     pub fn processes(&self) -> Vec<ProcessView> {
         let mut v: Vec<ProcessView> = self.procs.values().map(|p| p.view.clone()).collect();
         v.sort_by_key(|p| p.pid);

@@ -82,13 +82,16 @@ pub fn sidetask_ring_live(procs: &[ProcessView]) -> bool {
         .any(|p| p.role == Some(Role::Sidetask) && !p.gone)
 }
 
-/// Whether one of `trainers` (pids) may still report an end late at `now`: its GPU gets no grant.
-pub fn ends_may_be_late(procs: &[ProcessView], trainers: &[u32], now: Ns) -> bool {
-    procs.iter().any(|p| {
-        trainers.contains(&p.pid)
-            && p.ends_late_until_ns != 0
-            && p.ends_late_until_ns.saturating_add(ENDS_SETTLE_NS) > now
-    })
+/// Whether a trainer whose ends may come as late as one of `late_until` (each a process's word, 0:
+/// never said) may still report an end late at `now`: its GPU gets no grant. The words must be
+/// read after the agent's last word was written ([`Collector::ends_late_until`] after
+/// [`EndsSteering::steer`]): a comm thread says how late its ends may come, then looks at the
+/// agent's word once more before it sleeps (both sequentially consistent), so either the agent
+/// reads what it said or it sees the agent's "prompt" and does not sleep.
+pub fn ends_may_be_late(late_until: impl IntoIterator<Item = Ns>, now: Ns) -> bool {
+    late_until
+        .into_iter()
+        .any(|t| t != 0 && t.saturating_add(ENDS_SETTLE_NS) > now)
 }
 
 #[cfg(test)]
@@ -112,11 +115,10 @@ mod tests {
 
     #[test]
     fn a_trainer_whose_ends_may_be_late_blocks_its_gpus_grants_until_they_cannot() {
-        let procs = [proc(1, Role::Trainer, 0), proc(2, Role::Trainer, 1_000)];
-        assert!(!ends_may_be_late(&procs, &[1], 500));
-        assert!(ends_may_be_late(&procs, &[1, 2], 500));
-        assert!(ends_may_be_late(&procs, &[2], 1_000 + ENDS_SETTLE_NS - 1));
-        assert!(!ends_may_be_late(&procs, &[2], 1_000 + ENDS_SETTLE_NS));
+        assert!(!ends_may_be_late([0], 500), "never said");
+        assert!(ends_may_be_late([0, 1_000], 500));
+        assert!(ends_may_be_late([1_000], 1_000 + ENDS_SETTLE_NS - 1));
+        assert!(!ends_may_be_late([1_000], 1_000 + ENDS_SETTLE_NS));
     }
 
     #[test]

@@ -173,8 +173,10 @@ impl Node {
         if let Some(grants) = &mut self.grants {
             for (gpu, grant) in decide_all(grants.policy(), &self.gpus, now) {
                 let trainers: Vec<u32> = self.gpus.on(gpu).map(|(p, _, _)| p).collect();
-                // A trainer whose ends may still come late: the bubble may already be over.
-                let grant = grant.filter(|_| !ends::ends_may_be_late(&procs, &trainers, now));
+                // A trainer whose ends may still come late: the bubble may already be over. Read
+                // now, after the steering above (see ends::ends_may_be_late).
+                let late = trainers.iter().map(|&p| self.collector.ends_late_until(p));
+                let grant = grant.filter(|_| !ends::ends_may_be_late(late, now));
                 // Memory on this GPU, whatever GPU each process mostly uses.
                 let ordinal = gpu.field();
                 let mem = procs
@@ -235,11 +237,13 @@ impl Node {
     /// Waits before the next [`Node::step`]: `poll_ns` while a bubble is open (or a trainer's
     /// poller does not ring the doorbell); between bubbles, on the doorbell for up to
     /// [`crate::bell::QUIET_WAIT_NS`]; with no ring open, [`IDLE_POLL_NS`] (nothing can happen
-    /// before the next directory scan finds a ring, every [`crate::collect::RESCAN_NS`]).
+    /// before the next directory scan finds a ring, every [`crate::collect::RESCAN_NS`]). While
+    /// the trainers' ends are lazy (nobody harvests) an open bubble is no reason to poll: no grant
+    /// can open or need closing, and its end comes in a batch up to 50 ms later anyway.
     pub fn wait(&self, poll_ns: Ns) {
         self.bell.pause(pause_for(
             self.collector.watching_any(),
-            self.gpus.any_open(),
+            self.gpus.any_open() && !self.ends.lazy_now(),
             self.collector.trainers_ring_doorbell(),
             self.bell.ready(),
             poll_ns,

@@ -165,27 +165,34 @@ impl RingHeader {
         }
     }
 
+    // The four accessors of the two ends words are sequentially consistent: a comm thread says
+    // how late its ends may come, then reads the agent's word again before it sleeps; the agent
+    // writes its word, then reads what the process said. Either the agent sees the process's
+    // word or the process sees the agent's (a store-then-load on each side, as in Dekker's
+    // algorithm), so a grant never opens while a comm thread sleeps on ends it was told to
+    // report promptly.
+
     /// Whether the process may report its ops' ends lazily at `now` (the agent said nobody
     /// harvests, until a time still ahead).
     pub fn ends_lazy(&self, now: u64) -> bool {
-        self.lazy_ends_until_ns.load(Ordering::Relaxed) > now
+        self.lazy_ends_until_ns.load(Ordering::SeqCst) > now
     }
 
     /// The agent's side: ends may be lazy until `until_ns` (0: prompt from now on).
     pub fn let_ends_be_lazy_until(&self, until_ns: u64) {
-        self.lazy_ends_until_ns.store(until_ns, Ordering::Relaxed);
+        self.lazy_ends_until_ns.store(until_ns, Ordering::SeqCst);
     }
 
     /// The process's side: an end that completes from now on may reach the agent as late as
     /// `until_ns` (kept if an earlier call said later).
     pub fn say_ends_late_until(&self, until_ns: u64) {
         self.ends_late_until_ns
-            .fetch_max(until_ns, Ordering::Relaxed);
+            .fetch_max(until_ns, Ordering::SeqCst);
     }
 
     /// Until when this process's ends may reach the agent late (0: never said; untrusted).
     pub fn ends_late_until(&self) -> u64 {
-        self.ends_late_until_ns.load(Ordering::Relaxed)
+        self.ends_late_until_ns.load(Ordering::SeqCst)
     }
 
     /// Publishes the gate's status (the side task's gate, under its lock).

@@ -233,13 +233,17 @@ fn waiter(lane: usize, gen: u32) {
         }
         let now = now_ns();
         if notify::ends_lazy(now) {
-            // Nobody harvests: the lane's ends are read in one poll every LAZY_NS (the agent told
-            // how late they may come, so that it grants nothing meanwhile). Busy, so that the
-            // hooks queue no begin wake-ups; back to prompt at the next look.
+            // Nobody harvests: the lane's ends are read in one poll every LAZY_NS. The agent is
+            // told how late they may come first (it grants nothing meanwhile), then its word is
+            // read once more: if it asked for prompt ends in between, this thread does not sleep
+            // on them (RingHeader's ends words say why that is enough). Busy, so that the hooks
+            // queue no begin wake-ups; back to prompt at the next look.
             rt::say_ends_late_until(now + notify::LAZY_NS + notify::LAZY_SLACK_NS);
-            notify::set_busy(lane);
-            notify::sleep(Some(lane), seq, notify::LAZY_NS);
-            continue;
+            if notify::ends_lazy(now) {
+                notify::set_busy(lane);
+                notify::sleep(Some(lane), seq, notify::LAZY_NS);
+                continue;
+            }
         }
         let mut next = oldest_armed(me);
         if next.is_none() {

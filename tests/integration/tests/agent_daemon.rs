@@ -310,14 +310,19 @@ fn report_writes_a_perfetto_trace_of_bubbles_and_kernels() {
 
 /// Between bubbles the agent sleeps on the session doorbell, which the trainers' comm pollers ring
 /// when an op begins or ends; it polls every 50 µs only while a bubble is open. Watching a job
-/// whose GPUs are idle about a fifth of the time, it wakes a few thousand times a second, not the
-/// 20 000 of a 50 µs poll throughout (`FREERIDE_DOORBELL=0`, printed for comparison).
+/// whose GPUs are idle about a fifth of the time with prompt ends (as when a side task is on the
+/// node), it wakes a few thousand times a second, not the 20 000 of a 50 µs poll throughout
+/// (`FREERIDE_DOORBELL=0`, printed for comparison). With nobody harvesting (lazy ends, the
+/// default) an open bubble is no reason to poll, and it wakes far less still.
 #[test]
 fn a_watching_agent_sleeps_between_bubbles() {
     let mut woke = vec![];
-    for bell in ["1", "0"] {
-        let dir = session(&format!("bell{bell}"));
-        let mut a = agent_with(&dir, &[("FREERIDE_DOORBELL", bell)]);
+    for (bell, ends) in [("1", "prompt"), ("0", "prompt"), ("1", "auto")] {
+        let dir = session(&format!("bell{bell}{ends}"));
+        let mut a = agent_with(
+            &dir,
+            &[("FREERIDE_DOORBELL", bell), ("FREERIDE_COMM_ENDS", ends)],
+        );
         std::thread::sleep(Duration::from_millis(200));
         let mut j = job(&dir, 40);
         assert!(
@@ -346,12 +351,18 @@ fn a_watching_agent_sleeps_between_bubbles() {
         let _ = std::fs::remove_dir_all(&dir);
     }
     eprintln!(
-        "wake-ups in a second: doorbell {}, polling {}",
-        woke[0], woke[1]
+        "wake-ups in a second: doorbell {}, polling {}, doorbell and lazy ends {}",
+        woke[0], woke[1], woke[2]
     );
     assert!(
         woke[0] < 10_000,
         "the agent woke {} times in a second with the doorbell",
+        woke[0]
+    );
+    assert!(
+        woke[2] * 2 < woke[0],
+        "with lazy ends the agent woke {} times in a second, with prompt ends {}",
+        woke[2],
         woke[0]
     );
 }
