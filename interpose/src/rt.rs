@@ -64,9 +64,15 @@ pub struct Thread {
     pub gate_slot: Cell<u32>,
     /// Lane + 1 of the process's ring this thread pushes to (0: not given one yet).
     pub lane: Cell<u32>,
+    /// The stream of this thread's last kernel launch since its last drain mark
+    /// ([`NO_STREAM`]: none; see [`take_unmarked_stream`]).
+    pub unmarked: Cell<u64>,
     /// The hook clock's anchor ([`freeride_abi::clock`]).
     pub clock: ThreadClock,
 }
+
+/// No stream (stream 0 is CUDA's legacy default stream).
+pub const NO_STREAM: u64 = u64::MAX;
 
 thread_local! {
     pub static THREAD: Thread = const {
@@ -84,6 +90,7 @@ thread_local! {
             in_nccl: Cell::new(0),
             gate_slot: Cell::new(0),
             lane: Cell::new(0),
+            unmarked: Cell::new(NO_STREAM),
             clock: ThreadClock::new(),
         }
     };
@@ -460,6 +467,13 @@ fn push_on(
     );
 }
 
+/// The stream of the calling thread's last kernel launch (NCCL's own excepted) since this was
+/// last called, if any: where a host-blocking call puts its drain mark
+/// ([`crate::comm::drain_mark`]). Thread-local only.
+pub fn take_unmarked_stream() -> Option<u64> {
+    with_thread(|t| t.unmarked.replace(NO_STREAM)).filter(|&s| s != NO_STREAM)
+}
+
 /// Marks the calling thread as inside a hooked NCCL call until dropped: launches recorded meanwhile
 /// carry [`freeride_abi::event::LAUNCH_FLAG_COMM`].
 pub struct NcclScope(());
@@ -503,6 +517,7 @@ pub fn launch(api: Api, stream: u64, func: u64, grid: [u32; 3], block: [u32; 3],
             let flags = if t.in_nccl.get() > 0 {
                 freeride_abi::event::LAUNCH_FLAG_COMM
             } else {
+                t.unmarked.set(stream);
                 0
             };
             record_on(

@@ -6,8 +6,11 @@
  * it (not timed: no communication before it). Linked against the stand-in libcudart.so.13 and
  * libnccl.so.2; run under LD_PRELOAD=libfreeride.so. Prints "OK" at the end. With "synced", each
  * GPU is synchronized after the group, before its events are recorded: the compute stream's wait
- * is then on communication that has ended (not worth timing).
- *   stream_waits <rounds> [synced] */
+ * is then on communication that has ended (not worth timing). With "marks", after the rounds,
+ * on GPU 0: a kernel on the compute stream, then the host blocks on the comm stream (a drain mark
+ * is due on the compute stream); a kernel, then the host blocks on the compute stream itself; a
+ * kernel, then the device is synchronized (no mark due for either).
+ *   stream_waits <rounds> [synced|marks] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +21,17 @@ int cudaEventRecord(void *, void *);
 int cudaEventRecordWithFlags(void *, void *, unsigned);
 int cudaStreamWaitEvent(void *, void *, unsigned);
 int cudaDeviceSynchronize(void);
+int cudaStreamSynchronize(void *);
+typedef struct { unsigned x, y, z; } dim3;
+int cudaLaunchKernel(const void *, dim3, dim3, void **, size_t, void *);
+static void kernel(void) {}
+/* One 2 ms kernel (the stand-in's first argument: its duration) on `s`. */
+static int launch(void *s) {
+    unsigned long long ns = 2000000ull;
+    void *args[1] = {&ns};
+    dim3 g = {1, 1, 1}, b = {32, 1, 1};
+    return cudaLaunchKernel((const void *)kernel, g, b, args, 0, s);
+}
 int ncclCommInitAll(void **, int, const int *);
 int ncclGroupStart(void);
 int ncclGroupEnd(void);
@@ -26,6 +40,7 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     int rounds = argc > 1 ? atoi(argv[1]) : 3;
     int synced = argc > 2 && strcmp(argv[2], "synced") == 0;
+    int marks = argc > 2 && strcmp(argv[2], "marks") == 0;
     int devs[2] = {0, 1};
     void *comms[2] = {0, 0}, *compute[2] = {0, 0}, *comm[2] = {0, 0}, *done[2] = {0, 0}, *ready[2] = {0, 0};
     if (cudaSetDevice(0) != 0) { printf("no device\n"); return 1; }
@@ -53,6 +68,12 @@ int main(int argc, char **argv) {
     }
     for (int d = 0; d < 2; d++)
         if (cudaSetDevice(d) != 0 || cudaDeviceSynchronize() != 0) { printf("sync failed\n"); return 1; }
+    if (marks) {
+        if (cudaSetDevice(0) != 0) return 1;
+        if (launch(compute[0]) != 0 || cudaStreamSynchronize(comm[0]) != 0) { printf("marks failed\n"); return 1; }
+        if (launch(compute[0]) != 0 || cudaStreamSynchronize(compute[0]) != 0) { printf("marks failed\n"); return 1; }
+        if (launch(compute[0]) != 0 || cudaDeviceSynchronize() != 0) { printf("marks failed\n"); return 1; }
+    }
     printf("OK\n");
     return 0;
 }

@@ -39,6 +39,8 @@ pub const MAX_PENDING_OPS: usize = 4096;
 const MAX_EVENTS: usize = 8192;
 /// Transfer intervals kept.
 const MAX_TRANSFERS: usize = 256;
+/// Drain marks awaiting their GPU time kept at most.
+const MAX_MARKS: usize = 64;
 /// An op issued this long ago that never began is forgotten (it will not be timed)...
 pub const OP_TIMEOUT_NS: Ns = 10_000_000_000;
 /// ...and one that began this long ago and was never seen to end (its end record was lost).
@@ -180,6 +182,9 @@ pub struct Timeline {
     label: u32,
     /// When the pending ops are looked over next.
     expire_at: Ns,
+    /// Drain marks queued and not yet reached: wait id -> (stream, launches on it before the
+    /// mark) ([`Timeline::on_drain_mark`]).
+    marks: HashMap<u64, (StreamId, u64)>,
 }
 
 impl Timeline {
@@ -245,7 +250,7 @@ impl Timeline {
         self.ops.contains_key(&id)
     }
     pub fn has_wait(&self, wait: u64) -> bool {
-        self.streams.values().any(|s| s.blocker(wait).is_some())
+        self.marks.contains_key(&wait) || self.streams.values().any(|s| s.blocker(wait).is_some())
     }
 
     fn stale_ns(&self) -> Ns {
@@ -291,10 +296,25 @@ impl Timeline {
             }
             Obs::StreamWait {
                 stream,
+                event: 0,
+                wait,
+                ..
+            } if wait != 0 => self.on_drain_mark(stream, wait),
+            Obs::StreamWait {
+                stream,
                 event,
                 wait,
                 ..
             } => self.on_wait(stream, event, wait),
+            Obs::WaitReached { wait, t, .. } if self.marks.contains_key(&wait) => {
+                if let Some((stream, at)) = self.marks.remove(&wait) {
+                    let r = self
+                        .streams
+                        .get_mut(&stream)
+                        .and_then(|s| s.drained_to(at, t));
+                    self.note_runahead(r);
+                }
+            }
             Obs::WaitReached { wait, t, .. } => {
                 let mut r = None;
                 for s in self.streams.values_mut() {
@@ -534,6 +554,20 @@ impl Timeline {
         }
         self.ops.remove(&id);
         self.in_flight.remove(&id);
+    }
+
+    /// A drain mark (a timed point with no event, queued before a host-blocking call): when the
+    /// GPU reaches it, `stream` has run its launches so far. It waits for nothing: it does not
+    /// make the process's waits trusted, and its release says nothing. Marks never reached (their
+    /// pair untimed) are dropped beyond [`MAX_MARKS`], the oldest first.
+    fn on_drain_mark(&mut self, stream: StreamId, wait: u64) {
+        if self.marks.len() >= MAX_MARKS {
+            if let Some(&oldest) = self.marks.keys().min() {
+                self.marks.remove(&oldest);
+            }
+        }
+        let launches = self.streams.get(&stream).map_or(0, |s| s.launches);
+        self.marks.insert(wait, (stream, launches));
     }
 
     fn on_wait(&mut self, stream: StreamId, event: u64, wait: u64) {

@@ -90,6 +90,10 @@ pub enum Kind {
     /// (low 32 bits; 0: untimed), `aux` = the wait flags, `flags` bit 0: inside a hooked NCCL
     /// call. A wait id != 0 is followed by [`Kind::WaitBegin`] and [`Kind::WaitEnd`], or by
     /// [`Kind::WaitUntimed`].
+    /// A *drain mark* is one with no event (`p0` = 0, `p1` = 0) and a wait id: queued by a trainer
+    /// just before a host-blocking call (`api` = that synchronize) on the stream it last launched
+    /// on; its [`Kind::WaitBegin`] is when that stream had run everything queued before it. It
+    /// waits for nothing (its [`Kind::WaitEnd`] follows at once).
     StreamWait = 17,
     /// GPU-side time at which the waiting stream of a timed [`Kind::StreamWait`] reached the wait
     /// (everything queued on it before the wait had run). `stream` = the waiting stream, `api` =

@@ -156,6 +156,26 @@ pub fn begin_wait(stream: u64) -> Result<usize, Untimed> {
     pool::begin(stream)
 }
 
+/// Hook path, before a host-blocking call (a synchronize): a *drain mark* on `stream`, the
+/// stream of the thread's last launch: a [`Kind::StreamWait`] record with no event (event 0, key
+/// 0) and a timed pair whose begin completes when the stream has run everything queued on it
+/// before, released at once. The agent reads the pair's begin as the GPU time the stream drained:
+/// while the host is blocked, nothing else it sees says when the compute it queued before ran
+/// (the blocking style's gaps between a micro-batch's last kernel and the next op). Untimed
+/// (timing off, the stream captured, the pool full): nothing is recorded.
+pub fn drain_mark(api: Api, stream: u64) {
+    if !wait_timing_on() {
+        return;
+    }
+    let t = rt::now_ns();
+    let Ok(i) = begin_wait(stream) else {
+        return;
+    };
+    let wait = next_wait();
+    rt::record(Kind::StreamWait, api, t, stream, 0, 0, [0, 0, wait as u64]);
+    end_wait(i, stream, api, wait, t);
+}
+
 /// Hook path, after the wait was queued: its end event (completes when the wait releases the
 /// stream); if it cannot be recorded, the wait is recorded untimed.
 pub fn end_wait(i: usize, stream: u64, api: Api, wait: u32, queued: u64) {

@@ -3,6 +3,49 @@
 
 use super::*;
 
+/// What a synchronize call waits for.
+#[derive(Clone, Copy)]
+enum Target {
+    /// Every stream of the context (the device).
+    All,
+    /// One stream.
+    Stream(u64),
+    /// One event (what its latest record follows).
+    Event(u64),
+}
+
+/// Before a synchronize call: a trainer's drain mark on the stream it last launched on, if it
+/// launched since its last mark and the call does not wait for that stream itself
+/// ([`comm::drain_mark`]). A call that waits for it tells the agent when it drained (by its
+/// return) with no mark; one that waits for something else (a receive's stream, an event recorded
+/// there) says nothing of it while the host is blocked.
+#[inline(always)]
+fn drain_mark(g: &Option<rt::Entered>, api: Api, target: Target) {
+    if g.is_none() || !rt::active() || rt::is_sidetask() {
+        return;
+    }
+    let Some(s) = rt::take_unmarked_stream() else {
+        return;
+    };
+    let covered = match target {
+        Target::All => true,
+        Target::Stream(h) => h == s,
+        Target::Event(e) => crate::waits::last_record(e).is_some_and(|(rs, _, _)| rs == s),
+    };
+    if !covered {
+        crate::comm::drain_mark(api, s);
+    }
+}
+
+/// What a one-handle synchronize (`api`, on `h`) waits for.
+#[inline(always)]
+fn target_of(api: Api, h: P) -> Target {
+    match api {
+        Api::CudaEventSynchronize | Api::CuEventSynchronize => Target::Event(h as u64),
+        _ => Target::Stream(h as u64),
+    }
+}
+
 /// Synchronize call: recorded after it returns, with its start time.
 #[inline(always)]
 fn sync_event(g: &Option<rt::Entered>, api: Api, t0: u64, handle: P, r: c_int) {
@@ -30,6 +73,7 @@ pub unsafe extern "C" fn cudaDeviceSynchronize() -> c_int {
     };
     let g = rt::enter();
     let t0 = now_ns();
+    drain_mark(&g, api, Target::All);
     // SAFETY: pass-through.
     let r = unsafe { real() };
     sync_event(&g, api, t0, std::ptr::null_mut(), r);
@@ -43,6 +87,7 @@ unsafe fn rt_sync1(api: Api, h: P) -> c_int {
     };
     let g = rt::enter();
     let t0 = now_ns();
+    drain_mark(&g, api, target_of(api, h));
     // SAFETY: pass-through.
     let r = unsafe { real(h) };
     sync_event(&g, api, t0, h, r);
@@ -74,6 +119,7 @@ unsafe fn drv_sync1(api: Api, h: P) -> c_int {
     };
     let g = rt::enter();
     let t0 = now_ns();
+    drain_mark(&g, api, target_of(api, h));
     // SAFETY: pass-through.
     let r = unsafe { real(h) };
     sync_event(&g, api, t0, h, r);
@@ -103,6 +149,7 @@ pub(super) unsafe extern "C" fn w_cuCtxSynchronize() -> c_int {
     };
     let g = rt::enter();
     let t0 = now_ns();
+    drain_mark(&g, api, Target::All);
     // SAFETY: pass-through.
     let r = unsafe { real() };
     sync_event(&g, api, t0, std::ptr::null_mut(), r);
@@ -117,6 +164,7 @@ pub(super) unsafe extern "C" fn w_cuCtxSynchronize_v2(ctx: P) -> c_int {
     };
     let g = rt::enter();
     let t0 = now_ns();
+    drain_mark(&g, api, Target::All);
     // SAFETY: pass-through.
     let r = unsafe { real(ctx) };
     sync_event(&g, api, t0, std::ptr::null_mut(), r);

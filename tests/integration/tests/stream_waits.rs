@@ -216,3 +216,50 @@ fn a_wait_on_communication_that_has_ended_is_not_timed() {
         "for a wait on ended communication",
     );
 }
+
+/// A drain mark: the host blocking on one stream while it has just launched on another gets a
+/// timed point on the stream it launched on ([`Kind::StreamWait`] with no event), reached when
+/// that stream's kernel has run; blocking on that stream itself, or on the whole device, gets none
+/// (the call's own return says when it drained).
+#[test]
+fn a_host_blocking_on_another_stream_marks_where_its_compute_drains() {
+    let ev = run_with(&["marks"], &[]);
+    let launches: Vec<(usize, &Value)> = kind(&ev, "launch")
+        .filter(|(_, e)| e["in_comm"] == false)
+        .collect();
+    assert_eq!(launches.len(), 3, "the program's three kernels");
+    let compute = launches[0].1["stream"].as_u64().unwrap();
+    let marks: Vec<(usize, &Value)> = kind(&ev, "stream_wait")
+        .filter(|(_, e)| e["event"] == 0)
+        .collect();
+    assert_eq!(
+        marks.len(),
+        1,
+        "one mark, for the block on the comm stream: {marks:?}"
+    );
+    let (mi, m) = marks[0];
+    assert_eq!(m["stream"].as_u64(), Some(compute), "{m}");
+    assert_eq!(m["api"], "cudaStreamSynchronize", "{m}");
+    let wait = m["wait"].as_u64().unwrap();
+    assert_ne!(wait, 0, "a mark is timed: {m}");
+    assert!(
+        launches[0].0 < mi && mi < launches[1].0,
+        "the mark follows its launch: {m}"
+    );
+    // Reached once the 2 ms kernel before it had run, released at once.
+    let find = |k: &'static str| {
+        kind(&ev, k)
+            .find(|(_, e)| e["wait"].as_u64() == Some(wait))
+            .unwrap_or_else(|| panic!("no {k} for the mark"))
+            .1
+    };
+    let (b, e) = (find("wait_begin"), find("wait_end"));
+    let launched = launches[0].1["t_ns"].as_u64().unwrap();
+    let (tb, te) = (b["t_ns"].as_u64().unwrap(), e["t_ns"].as_u64().unwrap());
+    assert!(
+        tb >= launched + 1_900_000,
+        "reached {} ns after its launch",
+        tb - launched
+    );
+    assert!(tb <= te);
+}

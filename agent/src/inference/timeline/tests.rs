@@ -784,3 +784,88 @@ fn a_groups_large_send_and_its_receives_take_their_own_shares_of_its_transfer() 
     tl.partners_transferring(1, Some(101_000));
     assert_eq!(tl.open_now().map(|b| b.start), Some(121_000));
 }
+
+/// ZB-H1 in the blocking style: a receive posted early, the host queues compute, then blocks on
+/// the receive's stream. Nothing says when that compute ran but the drain mark the host queued on
+/// its stream before it blocked; without one the GPU's idle time before the receive's end is
+/// never a bubble.
+#[test]
+fn a_drain_mark_says_when_compute_queued_before_a_blocking_call_ran() {
+    let run = |mark: bool| {
+        let mut tl = Timeline::new();
+        learn_transfer(&mut tl);
+        let mut obs = vec![
+            Obs::CommIssue {
+                t: 50,
+                id: 1,
+                stream: P2P,
+                sig: recv(),
+            },
+            Obs::CommBegin {
+                id: 1,
+                t: 60,
+                seen: 70,
+            },
+            Obs::Launch { t: 100, stream: C },
+        ];
+        if mark {
+            obs.extend([
+                Obs::StreamWait {
+                    t: 150,
+                    stream: C,
+                    event: 0,
+                    wait: 9,
+                },
+                Obs::WaitReached {
+                    wait: 9,
+                    t: 5_000,
+                    seen: 5_100,
+                },
+            ]);
+        }
+        feed(&mut tl, &obs);
+        let open = tl.open_now().map(|b| b.start);
+        feed(
+            &mut tl,
+            &[
+                Obs::WaitReleased {
+                    wait: 9,
+                    t: 5_000,
+                    seen: 5_100,
+                },
+                Obs::CommEnd {
+                    id: 1,
+                    t: 9_000,
+                    seen: 9_100,
+                },
+                Obs::Sync {
+                    t0: 160,
+                    t1: 9_050,
+                    on: SyncOn::Stream(P2P),
+                },
+                Obs::Launch {
+                    t: 9_200,
+                    stream: C,
+                },
+            ],
+        );
+        let closed: Vec<_> = tl.take_closed().iter().map(|b| (b.start, b.end)).collect();
+        (open, closed, tl.explicit)
+    };
+    let (open, closed, explicit) = run(true);
+    assert_eq!(
+        open,
+        Some(5_000),
+        "the bubble opens when the mark is reached"
+    );
+    // Idle from the drain to the receive's transfer, and from its end to the next launch.
+    assert_eq!(closed, vec![(5_000, 8_950), (9_000, 9_200)]);
+    assert!(
+        !explicit,
+        "a mark is no stream wait: comm ops still follow the last compute"
+    );
+    // Without it the compute is not known to have run at all: no bubble.
+    let (open, closed, _) = run(false);
+    assert_eq!(open, None);
+    assert_eq!(closed, vec![]);
+}
