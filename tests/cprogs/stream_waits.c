@@ -9,7 +9,8 @@
  * is then on communication that has ended (not worth timing). With "marks", after the rounds,
  * on GPU 0: a kernel on the compute stream, then the host blocks on the comm stream (a drain mark
  * is due on the compute stream); a kernel, then the host blocks on the compute stream itself; a
- * kernel, then the device is synchronized (no mark due for either).
+ * kernel, then the device is synchronized (no mark due for either); then a burst of ten kernels
+ * each followed by a block on the comm stream (marks are rate-limited).
  *   stream_waits <rounds> [synced|marks] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +74,10 @@ int main(int argc, char **argv) {
         if (launch(compute[0]) != 0 || cudaStreamSynchronize(comm[0]) != 0) { printf("marks failed\n"); return 1; }
         if (launch(compute[0]) != 0 || cudaStreamSynchronize(compute[0]) != 0) { printf("marks failed\n"); return 1; }
         if (launch(compute[0]) != 0 || cudaDeviceSynchronize() != 0) { printf("marks failed\n"); return 1; }
+        /* A burst: ten blocks on the comm stream, each after a kernel, within about a millisecond. */
+        for (int i = 0; i < 10; i++)
+            if (launch(compute[0]) != 0 || cudaStreamSynchronize(comm[0]) != 0) { printf("marks failed\n"); return 1; }
+        if (cudaDeviceSynchronize() != 0) { printf("sync failed\n"); return 1; }
     }
     printf("OK\n");
     return 0;

@@ -63,7 +63,7 @@ pub use driver::{driver, Driver};
 use freeride_abi::event::{op_key, Untimed};
 use freeride_abi::{Api, Kind};
 use poller::{locked_poll, Lock, POLLING};
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 pub const GROUP_STREAMS: usize = 8;
 
@@ -156,18 +156,34 @@ pub fn begin_wait(stream: u64) -> Result<usize, Untimed> {
     pool::begin(stream)
 }
 
+/// The shortest time between two drain marks of a process ([`drain_mark`]).
+pub const MARK_EVERY_NS: u64 = 1_000_000;
+/// When this process last queued one.
+static LAST_MARK_NS: AtomicU64 = AtomicU64::new(0);
+
 /// Hook path, before a host-blocking call (a synchronize): a *drain mark* on `stream`, the
 /// stream of the thread's last launch: a [`Kind::StreamWait`] record with no event (event 0, key
 /// 0) and a timed pair whose begin completes when the stream has run everything queued on it
 /// before, released at once. The agent reads the pair's begin as the GPU time the stream drained:
 /// while the host is blocked, nothing else it sees says when the compute it queued before ran
 /// (the blocking style's gaps between a micro-batch's last kernel and the next op). Untimed
-/// (timing off, the stream captured, the pool full): nothing is recorded.
+/// (timing off, the stream captured, the pool full): nothing is recorded. At most one mark every
+/// [`MARK_EVERY_NS`] per process: a program that blocks far more often (a synchronize after every
+/// launch) must not fill the timing pool, whose pairs its communication ops need (and while ends
+/// are read lazily, a pair is held up to 50 ms).
 pub fn drain_mark(api: Api, stream: u64) {
     if !wait_timing_on() {
         return;
     }
     let t = rt::now_ns();
+    let last = LAST_MARK_NS.load(Ordering::Relaxed);
+    if t.saturating_sub(last) < MARK_EVERY_NS
+        || LAST_MARK_NS
+            .compare_exchange(last, t, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+    {
+        return;
+    }
     let Ok(i) = begin_wait(stream) else {
         return;
     };
