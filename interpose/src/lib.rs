@@ -22,6 +22,7 @@ pub mod dl;
 pub mod gate;
 pub mod gpus;
 pub mod hooks;
+pub mod lanes;
 pub mod memtable;
 pub mod rt;
 pub mod session_check;

@@ -3,7 +3,7 @@
 //! State machine ([`STATE`]): `UNINIT` -> (first hooked call) `INITING` -> `TRAINER` | `SIDETASK`
 //! (recording) or `OFF` (pass-through: nothing to record to, or disabled). A fork child is put
 //! back to `UNINIT` (new pid -> new ring). Nothing here runs in a constructor or inside dlsym.
-use crate::{comm, trace};
+use crate::{comm, lanes, trace};
 use freeride_abi::clock::{self, ThreadClock};
 use freeride_abi::ring::{self, Geometry, RingView};
 use freeride_abi::{cpu, env, session, Api, Kind, Record, Role};
@@ -27,8 +27,6 @@ static SHM_LANES: AtomicU32 = AtomicU32::new(1);
 /// lane mask << 8), set with [`SHM_LANES`]: a push rebuilds its view from them.
 static SHM_MASK: AtomicU64 = AtomicU64::new(0);
 static SHM_SHIFTS: AtomicU32 = AtomicU32::new(0);
-/// The next launching thread's lane (round robin over all lanes but the last).
-static NEXT_LANE: AtomicU32 = AtomicU32::new(0);
 /// `t_ns` of this process's [`Kind::ProcessStart`] record (0: none yet).
 static START_RECORD_NS: AtomicU64 = AtomicU64::new(0);
 static SHM_REPORTED_DROPS: AtomicU64 = AtomicU64::new(0);
@@ -62,7 +60,8 @@ pub struct Thread {
     /// Side tasks only: in-flight slot + 1 of the launch the gate just admitted (0 = none); its
     /// completion event is recorded when the hook's guard is dropped, after the real launch.
     pub gate_slot: Cell<u32>,
-    /// Lane + 1 of the process's ring this thread pushes to (0: not given one yet).
+    /// Lane + 1 of the process's ring this thread pushes to, with [`lanes::OWNED`] if the thread
+    /// owns it (0: not given one yet).
     pub lane: Cell<u32>,
     /// The stream of this thread's last kernel launch since its last drain mark
     /// ([`NO_STREAM`]: none; see [`take_unmarked_stream`]).
@@ -233,9 +232,15 @@ pub fn push(rec: &Record) {
 }
 
 #[inline(always)]
-fn push_lane(lane: u32, rec: &Record) {
+fn push_lane(word: u32, rec: &Record) {
     if let Some(v) = shm_view() {
-        if v.push_lane(lane, rec) {
+        let lane = word & !lanes::OWNED;
+        let pushed = if word & lanes::OWNED != 0 {
+            v.push_lane_owned(lane, rec)
+        } else {
+            v.push_lane(lane, rec)
+        };
+        if pushed {
             let d = v.header().dropped.load(Ordering::Relaxed);
             if d != SHM_REPORTED_DROPS.load(Ordering::Relaxed) {
                 report_drops(v, d, lane);
@@ -245,9 +250,9 @@ fn push_lane(lane: u32, rec: &Record) {
     trace::push(rec);
 }
 
-/// The lane of the process's ring the thread pushes to: its own while there are lanes for every
-/// launching thread (so that threads launching at once on different cores share no cursor), the
-/// last lane being the comm threads' ([`set_service_lane`]).
+/// The lane of the process's ring the thread pushes to, with [`lanes::OWNED`] if it is the
+/// thread's own (see [`lanes`]: threads launching at once on different cores share no cursor and
+/// an owner pushes without a read-modify-write); the last lane is shared.
 #[inline(always)]
 fn lane_of(t: &Thread) -> u32 {
     let l = t.lane.get();
@@ -260,17 +265,28 @@ fn lane_of(t: &Thread) -> u32 {
 #[cold]
 #[inline(never)]
 fn assign_lane(t: &Thread) -> u32 {
-    let n = SHM_LANES.load(Ordering::Relaxed);
-    let lane = if n <= 1 {
-        0
-    } else {
-        NEXT_LANE.fetch_add(1, Ordering::Relaxed) % (n - 1)
-    };
-    // Kept once the ring (and so its lanes) exists; before, asked again.
-    if !SHM_BASE.load(Ordering::Acquire).is_null() {
-        t.lane.set(lane + 1);
+    // Claimed once the ring (and so its lanes) exists; before, asked again.
+    if SHM_BASE.load(Ordering::Acquire).is_null() {
+        return service_lane();
     }
-    lane
+    let word = match lanes::claim(SHM_LANES.load(Ordering::Relaxed)) {
+        Some(lane) => lane | lanes::OWNED,
+        None => service_lane(),
+    };
+    t.lane.set(word + 1);
+    word
+}
+
+/// The calling thread leaves the lane it owns, if any, and pushes to the service lane from now on
+/// (at thread exit: see [`lanes`]).
+pub(crate) fn give_back_lane() {
+    let _ = THREAD.try_with(|t| {
+        let w = t.lane.get();
+        if w != 0 && (w - 1) & lanes::OWNED != 0 {
+            t.lane.set(service_lane() + 1);
+            lanes::free((w - 1) & !lanes::OWNED);
+        }
+    });
 }
 
 fn service_lane() -> u32 {
@@ -280,6 +296,7 @@ fn service_lane() -> u32 {
 /// The calling thread (one of freeride's comm threads) pushes to the ring's last lane, leaving the
 /// others to the threads that launch.
 pub fn set_service_lane() {
+    give_back_lane();
     let _ = THREAD.try_with(|t| t.lane.set(service_lane() + 1));
 }
 
@@ -790,7 +807,7 @@ extern "C" fn atfork_child() {
     // its own DeviceInfo before a record names it.
     invalidate_device();
     // ...and its lane of the child's ring, the first one handed out there.
-    NEXT_LANE.store(0, Ordering::Relaxed);
+    lanes::reset_after_fork();
     let _ = THREAD.try_with(|t| t.lane.set(0));
     crate::waits::reset_after_fork();
     trace::reset_after_fork();

@@ -277,6 +277,14 @@ impl RingReader {
         }
     }
 
+    /// How many records each lane has taken so far (its `head`; untrusted values): which lanes the
+    /// writer's threads push to.
+    pub fn lane_heads(&self) -> Vec<u64> {
+        (0..self.lanes.len() as u32)
+            .map(|l| self.view.head(l).load(Ordering::Acquire))
+            .collect()
+    }
+
     /// Lets the writer report its ops' ends lazily until `until_ns` (0: promptly), the one
     /// header word the agent writes besides the tails ([`crate::ring::RingHeader::ends_lazy`]).
     pub fn let_ends_be_lazy_until(&self, until_ns: u64) {

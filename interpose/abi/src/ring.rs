@@ -462,6 +462,25 @@ impl RingView {
         self.push_contended(lane, rec)
     }
 
+    /// Single-producer push into lane `lane`: the caller guarantees that no other producer pushes
+    /// into this lane until it returns (a lane that one thread owns). The head moves by a plain
+    /// store, not a read-modify-write (a `lock cmpxchg` is a fifth of the hook's cost); otherwise
+    /// as [`RingView::push_lane`]: the slot is claimed by moving `head` before its words are
+    /// written, so the consumer sees the same states (free, claimed, committed). A full lane
+    /// takes the multi-producer path, which is correct for one producer too.
+    #[inline(always)]
+    pub fn push_lane_owned(&self, lane: u32, rec: &Record) -> bool {
+        let head = self.head(lane);
+        let pos = head.load(Ordering::Relaxed);
+        let slot = self.slot(lane, pos);
+        if slot.seq.load(Ordering::Acquire) == pos {
+            head.store(pos.wrapping_add(1), Ordering::Relaxed);
+            Self::commit(slot, pos, rec);
+            return true;
+        }
+        self.push_contended(lane, rec)
+    }
+
     /// Writes the record words into the claimed slot and publishes it.
     #[inline(always)]
     fn commit(slot: &Slot, pos: u64, rec: &Record) {

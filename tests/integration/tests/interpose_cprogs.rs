@@ -499,9 +499,47 @@ fn fork_and_exec_while_threads_launch() {
 #[test]
 fn many_threads_many_producers() {
     let _one = MANY_THREADS.lock().unwrap_or_else(|e| e.into_inner());
-    let m = counts(&run("threads").events);
+    let r = run("threads");
+    let m = counts(&r.events);
     assert_eq!(get(&m, "launch", "__cudaLaunchKernel"), 16000);
     assert_eq!(total(&m, "dropped"), 0);
+    // The shared ring has them all too, whichever lanes (owned or shared) the threads got.
+    let (heads, dropped) = shared_ring_lanes(&r.dir);
+    assert_eq!(dropped, 0);
+    let records: u64 = heads.iter().sum();
+    assert!(
+        (16000..16000 + 20).contains(&records),
+        "{records} records in the shared ring's lanes {heads:?}"
+    );
+}
+
+/// A launching thread owns a lane of the shared ring while it runs and gives it back when it
+/// ends: twelve threads one after another all push to the first lane (the next thread claims what
+/// the last one gave back), none to the others, the shared service lane included (threads that
+/// kept their lanes would have spread over all of them and then over the service lane).
+#[test]
+fn launching_threads_give_their_ring_lanes_back() {
+    let _one = MANY_THREADS.lock().unwrap_or_else(|e| e.into_inner());
+    let r = run_with("threads", &["churn"], &[], true);
+    assert_eq!(
+        get(&counts(&r.events), "launch", "__cudaLaunchKernel"),
+        1200
+    );
+    let (heads, dropped) = shared_ring_lanes(&r.dir);
+    assert_eq!(dropped, 0);
+    assert!(heads.len() > 2, "{heads:?}");
+    assert!(
+        (1200..1200 + 20).contains(&heads[0]) && heads[1..].iter().all(|&h| h == 0),
+        "records per lane: {heads:?}"
+    );
+}
+
+/// The records each lane of the run's one shared ring took, and the ring's dropped count.
+fn shared_ring_lanes(run_dir: &Path) -> (Vec<u64>, u64) {
+    let rings = freeride_abi::session::list_rings(&run_dir.join("session")).unwrap();
+    assert_eq!(rings.len(), 1, "{rings:?}");
+    let r = freeride_abi::reader::RingReader::open(&rings[0]).unwrap();
+    (r.lane_heads(), r.info().dropped)
 }
 
 #[test]

@@ -209,6 +209,82 @@ fn producers_on_their_own_lanes_lose_nothing() {
     drop(m);
 }
 
+/// A lane's one owner pushing by plain stores, its consumer popping at once in another thread, the
+/// lane wrapping many times and filling now and then: every record arrives once and in order, or
+/// is counted dropped (only when the lane is full); the other lanes' multi-producer pushes go on
+/// beside it.
+#[test]
+fn an_owned_lane_keeps_order_and_drops_only_when_full() {
+    let cap = MIN_CAPACITY;
+    let mut m = mem(cap);
+    let base = m.as_mut_ptr() as usize;
+    let geom = Geometry {
+        capacity: cap,
+        lanes: 2,
+    };
+    // SAFETY: m outlives all threads (joined below).
+    let r = unsafe { RingView::new(base as *mut u8, geom) };
+    r.initialize(1, 0, 0);
+    let per = 200_000u64;
+    let owner =
+        std::thread::spawn(move || (0..per).filter(|&i| r.push_lane_owned(0, &rec(i))).count());
+    let others: Vec<_> = (0..2u64)
+        .map(|t| {
+            std::thread::spawn(move || {
+                for i in 0..per / 4 {
+                    r.push_lane(1, &rec(t << 32 | i));
+                }
+            })
+        })
+        .collect();
+    let mut cur = [0u64; 2];
+    let (mut got, mut last) = (0u64, None::<u64>);
+    let mut idle = 0;
+    while idle < 1000 {
+        let mut any = false;
+        if let Pop::Record(x) = r.pop_lane(0, &mut cur[0]) {
+            assert!(
+                last.is_none_or(|l| x.p0 > l),
+                "owned lane out of order: {x:?} after {last:?}"
+            );
+            last = Some(x.p0);
+            got += 1;
+            any = true;
+        }
+        any |= matches!(r.pop_lane(1, &mut cur[1]), Pop::Record(_));
+        if any || !owner.is_finished() {
+            idle = 0;
+        } else {
+            idle += 1;
+        }
+    }
+    let pushed = owner.join().unwrap() as u64;
+    for h in others {
+        h.join().unwrap();
+    }
+    assert_eq!(got, pushed, "every owned push that succeeded arrives once");
+    assert_eq!(r.pop_lane(0, &mut cur[0]), Pop::Empty);
+    drop(m);
+    // Full: the owner's push is refused and counted, then goes on once the consumer frees a slot.
+    let mut m = mem(cap);
+    // SAFETY: m holds file_size(cap) bytes, 4096-aligned, and outlives r.
+    let r = unsafe { RingView::new(m.as_mut_ptr() as *mut u8, Geometry::single(cap)) };
+    r.initialize(1, 0, 0);
+    for i in 0..cap as u64 {
+        assert!(r.push_lane_owned(0, &rec(i)));
+    }
+    assert!(!r.push_lane_owned(0, &rec(9999)));
+    assert_eq!(r.header().dropped.load(Ordering::Relaxed), 1);
+    let mut cur = 0;
+    assert_eq!(r.pop_lane(0, &mut cur), Pop::Record(rec(0)));
+    assert!(r.push_lane_owned(0, &rec(cap as u64)));
+    for i in 1..=cap as u64 {
+        assert_eq!(r.pop_lane(0, &mut cur), Pop::Record(rec(i)));
+    }
+    assert_eq!(r.pop_lane(0, &mut cur), Pop::Empty);
+    drop(m);
+}
+
 #[test]
 fn lanes_are_clamped_to_what_the_ring_holds() {
     assert_eq!(clamp_lanes(1 << 16, 4), 4);
