@@ -581,11 +581,17 @@ pub struct Harvest {
     pub outside_bubbles_ms: f64,
     /// Side-task GPU time / (measured time x GPUs): the side tasks' throughput as a GPU share.
     pub gpu_share: f64,
+    /// [`Harvest::bubble_busy_ratio`] of each scored iteration, in order: how the agent's learning
+    /// shows in the first ones, and the steady state after them.
+    pub by_iteration: Vec<f64>,
 }
 
 /// Scores the side tasks' kernels against the trainers' idle time (same iterations as [`score`]).
 pub fn harvest(r: &SimResult) -> Harvest {
     let (mut inside, mut idle, mut busy, mut window) = (0u64, 0u64, 0u64, 0u64);
+    let scored = scored_iterations(&r.truth);
+    // (inside, idle) per scored iteration.
+    let mut per_it = vec![(0u64, 0u64); scored.len()];
     for (rank, _) in r.truth.pids.iter().enumerate() {
         let gpu = r.truth.devices.get(rank).copied().unwrap_or(rank as u32);
         let side = merge(
@@ -595,10 +601,12 @@ pub fn harvest(r: &SimResult) -> Harvest {
                 .map(|k| (k.start_ns, k.end_ns))
                 .collect(),
         );
-        for it in scored_iterations(&r.truth) {
+        for (it, acc) in scored.iter().zip(per_it.iter_mut()) {
             let truth_iv = merge(it.ranks[rank].idle_intervals.clone());
             let s = clip(&side, it.start_ns, it.end_ns);
             let t = Tally::of(&s, &truth_iv);
+            acc.0 += t.overlap_ns;
+            acc.1 += t.truth_ns;
             inside += t.overlap_ns;
             idle += t.truth_ns;
             busy += t.predicted_ns;
@@ -618,5 +626,15 @@ pub fn harvest(r: &SimResult) -> Harvest {
         } else {
             busy as f64 / window as f64
         },
+        by_iteration: per_it
+            .iter()
+            .map(|&(a, b)| {
+                if b == 0 {
+                    f64::NAN
+                } else {
+                    a as f64 / b as f64
+                }
+            })
+            .collect(),
     }
 }

@@ -236,6 +236,7 @@ pub fn main(a: SimArgs) -> i32 {
             "sidetask_busy_ms": r(h.sidetask_busy_ms, 3),
             "sidetask_outside_bubbles_ms": r(h.outside_bubbles_ms, 3),
             "sidetask_gpu_share": r(h.gpu_share, 4),
+            "by_iteration": h.by_iteration.iter().map(|&v| r(v, 4)).collect::<Vec<_>>(),
             "sidetasks_per_gpu": spec.per_gpu,
             "kind": spec.kind,
             "mode": spec.mode.name(),

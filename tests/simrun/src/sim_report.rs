@@ -231,8 +231,13 @@ pub fn render(r: &Value) -> String {
                 "sidetask_outside_bubbles_ms",
                 "sidetask_gpu_share",
                 "sidetasks_ended",
+                "by_iteration",
             ],
         );
+        if let Some(v) = h["by_iteration"].as_array().filter(|v| !v.is_empty()) {
+            let each: Vec<String> = v.iter().map(pct).collect();
+            let _ = writeln!(s, "           by scored iteration: {}", each.join(", "));
+        }
         let iterations = r["iterations"].as_u64().unwrap_or(0);
         for line in sidetask_end_lines(&h["sidetasks_ended"], iterations) {
             let _ = writeln!(s, "           {line}");
@@ -337,6 +342,7 @@ mod tests {
                     "ungranted_under_1ms": 0.0358}},
             "harvest": {"bubble_busy_ratio": 0.1312, "sidetask_busy_ms": 99.25,
                 "sidetask_outside_bubbles_ms": 1.5, "sidetask_gpu_share": 0.0421,
+                "by_iteration": [0.0512, 0.1788],
                 "sidetasks_per_gpu": 1, "kind": "pagerank", "mode": "gated",
                 "sidetasks_ended": [{"pid": 77, "device": 2, "iteration": 3, "finished": true,
                     "exit_status": 0, "signal": null, "how": "finished its work (exit status 0)"}]},
@@ -365,6 +371,7 @@ mod tests {
             "99.25",
             "1.5",
             "4.21 %",
+            "by scored iteration: 5.12 %, 17.88 %",
             "pagerank",
             "gated",
             "340.1",
