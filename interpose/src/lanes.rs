@@ -31,7 +31,8 @@ thread_local! {
 
 /// Claims the lowest free lane of the `n` lanes (all but the last can be owned) for the calling
 /// thread; None when all are owned, or when the thread could not arrange to give it back at
-/// exit (it is exiting already). Slow path: once per thread.
+/// exit (it is exiting already). Slow path: once per thread (registering the thread-local
+/// destructor may allocate, in the C library, once per thread).
 pub fn claim(n: u32) -> Option<u32> {
     let ownable = n.saturating_sub(1).min(31);
     if ownable == 0 || RELEASE.try_with(|_| ()).is_err() {
@@ -68,9 +69,4 @@ pub fn free(lane: u32) {
 /// In a fork child: every lane is free. Async-signal-safe (one atomic store).
 pub fn reset_after_fork() {
     OWNED_LANES.store(0, Ordering::Release);
-}
-
-/// How many lanes are owned now (tests and status).
-pub fn owned() -> u32 {
-    OWNED_LANES.load(Ordering::Relaxed).count_ones()
 }
