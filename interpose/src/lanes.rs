@@ -5,9 +5,14 @@
 //! owned by at most one launching thread at a time, which pushes with plain stores
 //! ([`freeride_abi::ring::RingView::push_lane_owned`]): no read-modify-write on the hook path.
 //! A thread claims the lowest free lane the first time it pushes (slow path) and gives it back
-//! when it exits, through a thread-local destructor that first moves the thread's own later
-//! pushes (other destructors may still launch) to the service lane. A fork child starts with
-//! every lane free (only the forking thread is left, and it claims again).
+//! when it exits: a POSIX thread-specific key's destructor (run after the thread's C++ and Rust
+//! thread-local destructors, which may still launch) first moves the thread's own later pushes
+//! to the service lane, then frees the lane. The key is created once, at the process's
+//! initialization; setting a thread's value for it allocates nothing while the process has fewer
+//! than 32 keys (glibc's first-level array; beyond, the C library allocates once per thread). The
+//! main thread never runs key destructors (the process is ending). A fork child starts with every
+//! lane free (only the forking thread is left, and it claims again).
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The bit of a thread's lane word that says it owns the lane.
@@ -15,32 +20,41 @@ pub const OWNED: u32 = 1 << 31;
 
 /// Bit k: lane k has an owner thread.
 static OWNED_LANES: AtomicU32 = AtomicU32::new(0);
+/// The thread-specific key whose destructor gives a lane back, plus one (0: none, no lane is
+/// ever owned).
+static KEY: AtomicU32 = AtomicU32::new(0);
 
-/// Gives the exiting thread's lane back (see the module docs).
-struct Release;
-
-impl Drop for Release {
-    fn drop(&mut self) {
-        crate::rt::give_back_lane();
-    }
+/// At thread exit, for a thread that owned a lane (its value for [`KEY`] is not null).
+extern "C" fn release(_: *mut c_void) {
+    crate::rt::give_back_lane();
 }
 
-thread_local! {
-    static RELEASE: Release = const { Release };
+/// Creates the key (process initialization, before the ring is published; later calls do
+/// nothing). Without it no thread owns a lane: all share the service lane's compare-and-swap.
+pub fn init() {
+    if KEY.load(Ordering::Acquire) != 0 {
+        return;
+    }
+    let mut key: libc::pthread_key_t = 0;
+    // SAFETY: `key` is our own local; `release` is an extern "C" fn that lives as long as the
+    // process (the library is linked -z nodelete).
+    if unsafe { libc::pthread_key_create(&mut key, Some(release)) } == 0 {
+        KEY.store(key + 1, Ordering::Release);
+    }
 }
 
 /// Claims the lowest free lane of the `n` lanes (all but the last can be owned) for the calling
 /// thread; None when all are owned, or when the thread could not arrange to give it back at
-/// exit (it is exiting already). Slow path: once per thread (registering the thread-local
-/// destructor may allocate, in the C library, once per thread).
+/// exit. Slow path: once per thread.
 pub fn claim(n: u32) -> Option<u32> {
     let ownable = n.saturating_sub(1).min(31);
-    if ownable == 0 || RELEASE.try_with(|_| ()).is_err() {
+    let key = KEY.load(Ordering::Acquire);
+    if ownable == 0 || key == 0 {
         return None;
     }
     let all = (1u32 << ownable) - 1;
     let mut cur = OWNED_LANES.load(Ordering::Relaxed);
-    loop {
+    let lane = loop {
         let free = !cur & all;
         if free == 0 {
             return None;
@@ -54,10 +68,17 @@ pub fn claim(n: u32) -> Option<u32> {
             Ordering::Acquire,
             Ordering::Relaxed,
         ) {
-            Ok(_) => return Some(lane),
+            Ok(_) => break lane,
             Err(now) => cur = now,
         }
+    };
+    // Any non-null value: the key's destructor runs at this thread's exit.
+    // SAFETY: the key was created by `init` and is never deleted; the value is not dereferenced.
+    if unsafe { libc::pthread_setspecific(key - 1, std::ptr::dangling::<c_void>()) } != 0 {
+        free(lane);
+        return None;
     }
+    Some(lane)
 }
 
 /// Frees `lane` (its owner is done pushing to it). Release: the owner's pushes happen before

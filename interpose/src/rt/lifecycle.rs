@@ -83,6 +83,8 @@ fn do_init() -> u8 {
         .unwrap_or(Role::Trainer);
     // The hook clock: TSC or clock_gettime, and the calibration's first pair.
     clock::start();
+    // Before the ring is published: a thread claims a lane of it only with the key in place.
+    crate::lanes::init();
     let start = freeride_abi::now_ns();
     let cap = ring::clamp_capacity(
         std::env::var(env::RING_CAPACITY)
