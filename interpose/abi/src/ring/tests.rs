@@ -9,6 +9,20 @@ fn mem(cap: u32) -> Vec<Page> {
     (0..pages).map(|_| Page([0; 4096])).collect()
 }
 
+/// A fresh ring of `cap` slots in `lanes` lanes over `m` (from [`mem`]`(cap)`), which the caller
+/// keeps alive while the view is in use.
+fn ring_over(m: &mut [Page], cap: u32, lanes: u32) -> RingView {
+    let geom = Geometry {
+        capacity: cap,
+        lanes,
+    };
+    // SAFETY: m holds file_size(cap) bytes, 4096-aligned (see `mem`), and outlives the view's
+    // use (the caller's part).
+    let r = unsafe { RingView::new(m.as_mut_ptr() as *mut u8, geom) };
+    r.initialize(1, 0, 0);
+    r
+}
+
 fn rec(i: u64) -> Record {
     Record {
         t_ns: i,
@@ -175,14 +189,8 @@ fn lanes_are_queues_of_their_own() {
 fn producers_on_their_own_lanes_lose_nothing() {
     let cap = 1 << 18;
     let mut m = mem(cap);
-    let base = m.as_mut_ptr() as usize;
-    let geom = Geometry {
-        capacity: cap,
-        lanes: 4,
-    };
-    // SAFETY: m outlives all threads (joined below).
-    let r = unsafe { RingView::new(base as *mut u8, geom) };
-    r.initialize(1, 0, 0);
+    // m outlives all threads (joined below).
+    let r = ring_over(&mut m, cap, 4);
     let per = 30_000u64;
     let hs: Vec<_> = (0..4u32)
         .map(|t| {
@@ -217,14 +225,8 @@ fn producers_on_their_own_lanes_lose_nothing() {
 fn an_owned_lane_keeps_order_and_drops_only_when_full() {
     let cap = MIN_CAPACITY;
     let mut m = mem(cap);
-    let base = m.as_mut_ptr() as usize;
-    let geom = Geometry {
-        capacity: cap,
-        lanes: 2,
-    };
-    // SAFETY: m outlives all threads (joined below).
-    let r = unsafe { RingView::new(base as *mut u8, geom) };
-    r.initialize(1, 0, 0);
+    // m outlives all threads (joined below).
+    let r = ring_over(&mut m, cap, 2);
     let per = 200_000u64;
     let owner =
         std::thread::spawn(move || (0..per).filter(|&i| r.push_lane_owned(0, &rec(i))).count());
