@@ -413,6 +413,10 @@ impl Pattern {
         }
         if self.stable == STABLE_OPS {
             self.relink(index, lag);
+        } else if self.stable > STABLE_OPS {
+            // The relink's cut, carried on one op at a time while the lag holds: the new op's
+            // predecessor keeps no link inside its own iteration.
+            self.cut_inner_link(index - lag as u64, lag as u64);
         }
         self.hist.push_back(Entry {
             key,
@@ -456,23 +460,16 @@ impl Pattern {
         let lag = lag as u64;
         let cut_from = i.saturating_sub(2 * lag).max(self.first) + 1;
         for k in cut_from..=i.saturating_sub(lag) {
-            let idx = (k - self.first) as usize;
-            let Some(e) = self.hist.get_mut(idx) else {
-                continue;
-            };
-            if e.pred.is_some_and(|p| 2 * (k - p) < lag) {
-                e.pred = None;
-                for v in e.values.iter_mut().flatten() {
-                    *v = Values::with(v.v[0], None);
-                }
-            }
+            self.cut_inner_link(k, lag);
         }
-        let from = i.saturating_sub(lag).max(self.first + lag) + 1;
+        let from = (i.saturating_sub(lag) + 1).max(self.first + lag);
         for k in from..i {
             let (Some(e), Some(o)) = (self.entry(k), self.entry(k - lag)) else {
                 continue;
             };
-            if e.key != o.key || e.pred == Some(k - lag) {
+            // An op already linked at the lag is rebuilt too: what its predecessor carried when
+            // it learnt may have been cut since.
+            if e.key != o.key {
                 continue;
             }
             let own: [Option<Ns>; PARTS] = e.values.map(|v| v.map(|v| v.v[0]));
@@ -483,6 +480,22 @@ impl Pattern {
                     let older = self.chain_before(k, part);
                     self.hist[idx].values[part] = Some(Values::with(v, older));
                 }
+            }
+        }
+    }
+
+    /// Op `k` keeps only what it learnt itself if it was aligned at less than half of `lag` (the
+    /// lag that holds now, one iteration): a repetition inside its own iteration, from before the
+    /// iteration was known. Its chain would walk on into other positions' bubbles (past ops that
+    /// learnt nothing), and what it carried from them would reach the positions after it.
+    fn cut_inner_link(&mut self, k: OpIndex, lag: u64) {
+        let Some(e) = self.entry_mut(k) else {
+            return;
+        };
+        if e.pred.is_some_and(|p| 2 * (k - p) < lag) {
+            e.pred = None;
+            for v in e.values.iter_mut().flatten() {
+                *v = Values::with(v.v[0], None);
             }
         }
     }

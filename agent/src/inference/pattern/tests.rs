@@ -389,3 +389,40 @@ fn ops_that_begin_as_before_but_end_otherwise_are_no_replay() {
     assert!(pr.confidence < 0.5, "{pr:?}");
     assert!(replayed(0, 1.0, None).confidence >= 0.5);
 }
+
+#[test]
+fn what_the_first_iteration_learnt_inside_itself_does_not_reach_the_third() {
+    // GPipe with blocking receives (forwards then backwards): in the first iteration the receives
+    // and sends align with their look-alikes inside it, and a position's chain walked on into
+    // other positions' bubbles (a shorter one there lowered the third iteration's confidence
+    // below the grants' bar, or replaced its value).
+    let (r0, s1) = (recv(0), sig(CommKind::Send, 1, 4096));
+    let (r1, s0) = (recv(1), sig(CommKind::Send, 0, 4096));
+    let mut it = vec![];
+    for _ in 0..4 {
+        it.extend([r0, s1]);
+    }
+    for _ in 0..4 {
+        it.extend([r1, s0]);
+    }
+    it.push(ar());
+    // Every position's own bubble, each more than 20 % apart from the others; the sends have none.
+    let len = |j: usize| {
+        j.is_multiple_of(2)
+            .then(|| (1_000_000.0 * 1.3f64.powi(j as i32)) as Ns)
+    };
+    let mut p = Pattern::new();
+    let mut t = 0;
+    for k in 0..2 {
+        feed(&mut p, &mut t, k, &it, |_, j| len(j));
+    }
+    for (j, s) in it.iter().enumerate() {
+        let i = p.on_issue(*s, t);
+        t += 1_000_000;
+        let Some(v) = len(j) else { continue };
+        let got = p.predict(i, 0).unwrap();
+        assert_eq!(got.expected_ns, v, "op {j}: {got:?}");
+        assert!(got.confidence >= 0.6, "op {j}: {got:?}");
+        p.record(i, 0, v);
+    }
+}
