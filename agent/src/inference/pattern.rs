@@ -16,7 +16,9 @@
 //!   is kept.
 //! * Once a lag has held for a few ops, the ops of the period before that match at it are re-linked
 //!   to it (early in the second iteration the context is too short to tell the period from a
-//!   repetition inside the iteration), and the first iteration's links inside itself are cut.
+//!   repetition inside the iteration), and the first iteration's links inside itself are cut: at
+//!   once for the ops of one period before, then one op at a time, each new op's predecessor,
+//!   while the lag holds. A position's chain so never walks into other positions' bubbles.
 //! * The iteration's period shows in its rarest op (the gradient all-reduce, the optimizer's
 //!   collectives: once per iteration): the longest recurrence distance of a key, once the
 //!   sequence matches itself at that lag. When it is known, an op is aligned one period back (or a
