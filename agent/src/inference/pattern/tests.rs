@@ -139,9 +139,9 @@ fn the_second_iteration_aligns_with_the_first_past_runs_of_look_alike_ops() {
     assert!(lags[1..].iter().all(|&l| l == Some(n)), "{lags:?}");
 }
 
-#[test]
-fn ops_aligned_inside_the_iteration_at_first_are_relinked_one_iteration_back() {
-    // GPipe with blocking receives: forwards then backwards, each a receive and a send.
+/// GPipe with blocking receives: forwards then backwards, each a receive and a send, then the
+/// gradients' all-reduce.
+fn gpipe_blocking_iteration() -> Vec<CommSig> {
     let (r0, s1) = (recv(0), sig(CommKind::Send, 1, 4096));
     let (r1, s0) = (recv(1), sig(CommKind::Send, 0, 4096));
     let mut it = vec![];
@@ -152,6 +152,12 @@ fn ops_aligned_inside_the_iteration_at_first_are_relinked_one_iteration_back() {
         it.extend([r1, s0]);
     }
     it.push(ar());
+    it
+}
+
+#[test]
+fn ops_aligned_inside_the_iteration_at_first_are_relinked_one_iteration_back() {
+    let it = gpipe_blocking_iteration();
     let mut p = Pattern::new();
     let mut t = 0;
     feed(&mut p, &mut t, 0, &it, |_, _| None);
@@ -396,16 +402,7 @@ fn what_the_first_iteration_learnt_inside_itself_does_not_reach_the_third() {
     // and sends align with their look-alikes inside it, and a position's chain walked on into
     // other positions' bubbles (a shorter one there lowered the third iteration's confidence
     // below the grants' bar, or replaced its value).
-    let (r0, s1) = (recv(0), sig(CommKind::Send, 1, 4096));
-    let (r1, s0) = (recv(1), sig(CommKind::Send, 0, 4096));
-    let mut it = vec![];
-    for _ in 0..4 {
-        it.extend([r0, s1]);
-    }
-    for _ in 0..4 {
-        it.extend([r1, s0]);
-    }
-    it.push(ar());
+    let it = gpipe_blocking_iteration();
     // Every position's own bubble, each more than 20 % apart from the others; the sends have none.
     let len = |j: usize| {
         j.is_multiple_of(2)
