@@ -1,5 +1,6 @@
 //! The node's trainers: one [`Timeline`] per (process, GPU), and each GPU's state, where several
 //! trainer processes on one GPU are idle only when all of them are.
+use super::anchors::Anchors;
 use super::bubble::{Bubble, OpenBubble};
 use super::obs::{GpuId, Ns, Obs};
 use super::partners::{Partners, Taught};
@@ -31,6 +32,7 @@ pub struct Gpus {
     closed: Vec<(u32, GpuId, Bubble)>,
     matcher: Matcher,
     partners: Partners,
+    anchors: Anchors,
 }
 
 impl Gpus {
@@ -88,7 +90,9 @@ impl Gpus {
             }
         }
         t.timeline.observe(obs, now);
-        for b in t.timeline.take_closed() {
+        let closed = t.timeline.take_closed();
+        self.anchors.observed(key, &t.timeline, &closed);
+        for b in closed {
             self.closed.push((key.0, key.1, b));
         }
         let ended = t.timeline.take_ended();
@@ -167,6 +171,7 @@ impl Gpus {
         self.timelines.retain(|k, _| live(k.0));
         self.last_gpu.retain(|p, _| live(*p));
         self.partners.retain(&live);
+        self.anchors.retain(|k| live(k.0));
     }
 
     /// Every GPU with a trainer timeline, in order.
@@ -192,12 +197,36 @@ impl Gpus {
             .filter(|(k, _)| k.1 == gpu)
             .map(|(&k, t)| {
                 let mut b = t.timeline.open_now()?;
+                self.anchor(k, &t.timeline, &mut b);
                 if let Some(x) = self.parties_may_begin(k, &t.timeline) {
                     b.busy_from = Some(b.busy_from.map_or(x, |y| y.min(x)));
                 }
                 Some(b)
             })
             .collect()
+    }
+
+    /// Where a close of another timeline predicts the end of `who`'s open bubble `b` (a position
+    /// learnt from its start too) more steadily than its start does ([`super::anchors`]): that
+    /// end, shortest recent end and spread replace those measured from the start, and of the ops
+    /// in flight only what their partners say of their transfers bounds it (the waits learnt at
+    /// their positions, measured from their begins or issues, carry the same upstream jitter as
+    /// the bubble's length from its start).
+    fn anchor(&self, who: (u32, GpuId), tl: &Timeline, b: &mut OpenBubble) {
+        if b.predicted_end.is_none() {
+            return;
+        }
+        let Some(a) = self
+            .anchors
+            .predict(who, tl)
+            .filter(|a| a.spread_ns < b.spread_ns)
+        else {
+            return;
+        };
+        b.predicted_end = Some(a.end);
+        b.shortest_end = Some(a.shortest_end);
+        b.spread_ns = a.spread_ns;
+        b.busy_from = tl.busy_known();
     }
 
     /// When an op in flight of `who` may start transferring because the parties it waits for

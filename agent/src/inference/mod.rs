@@ -14,6 +14,7 @@
 //!   [`partners`] says when an op's transfer began from its exact partners' begins; [`fabric`]
 //!   bounds a collective's transfer when some of its parties are on other nodes);
 //! * [`score`] measures bubbles and grants against ground truth.
+pub mod anchors;
 pub mod bubble;
 pub mod fabric;
 pub mod gpus;

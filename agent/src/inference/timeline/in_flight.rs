@@ -33,6 +33,21 @@ impl Timeline {
         Some(b)
     }
 
+    /// What the open bubble's part predicted now is learnt at, and from when: (its start, its
+    /// position, the start of the part). The part begins at the bubble's start, or at the end of
+    /// an op that moved nothing inside it ([`Timeline::moved_nothing`]).
+    pub fn open_part(&self) -> Option<(Ns, (OpIndex, Part), Ns)> {
+        let o = self.open.as_ref()?;
+        Some((o.bubble.start, o.anchor?, o.learn_from))
+    }
+
+    /// The earliest time an op in flight is known to transfer from, from its partners' begins
+    /// alone (what [`Timeline::open_now`]'s `busy_from` holds besides the waits learnt at the
+    /// ops' positions).
+    pub fn busy_known(&self) -> Option<Ns> {
+        self.in_flight.values().filter_map(|f| f.partners).min()
+    }
+
     /// When the ops issued but not seen to begin may start transferring, for those that can begin
     /// now: the first op on its stream that has not ended, with the compute queued before it run
     /// and no wait on communication in flight queued on its stream.

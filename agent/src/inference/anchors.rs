@@ -1,0 +1,376 @@
+//! Bubble ends anchored on the other trainers of the node: a pipeline stage's bubble ends when
+//! the stage before it has done its work, so its length from its own start carries the jitter of
+//! everything upstream (on torch's 1F1B, the last stage's first bubble of an iteration waits for
+//! the first stage's host to wake after the iteration's end: 31-34 ms from the bubble's start,
+//! spread over 1.3 ms), while its end a fixed time after an upstream stage resumed work (the
+//! first stage's first kernel, the next stage's first receive) varies by microseconds.
+//!
+//! For each timeline's open bubble the node notes when the other timelines' bubbles closed while
+//! it was open (each close named by its timeline and how many of that timeline's closes came
+//! before it in the bubble). When the bubble closes, its end's offset from each such close is
+//! learnt at the bubble's position, and carried along the position's chain of predecessors
+//! ([`super::pattern`]) as its length is. While a bubble is open, a close of another timeline
+//! whose offset was learnt at least [`MIN_VALUES`] times, steadier than the bubble's length,
+//! predicts its end ([`Anchors::predict`]).
+use super::obs::{GpuId, Ns};
+use super::pattern::{OpIndex, Part, HISTORY};
+use super::timeline::Timeline;
+use super::Bubble;
+use std::collections::{BTreeMap, HashMap};
+
+/// A timeline of the node: (process, GPU).
+pub type TlKey = (u32, GpuId);
+
+/// Values kept per anchor and position, newest first.
+const VALUES: usize = 5;
+/// An anchor predicts with at least this many values.
+const MIN_VALUES: usize = 2;
+/// The newest values whose shortest bounds the prediction.
+const RECENT_SHORT: usize = 3;
+/// Closes of other timelines noted per open bubble (the first ones: a pipeline's upstream
+/// stages resume early in the bubble).
+const MAX_EVENTS: usize = 32;
+/// No anchored spread is taken below this: the GPU times of two records are each a few
+/// microseconds off, and two values alike by chance say little more than that.
+const SPREAD_FLOOR_NS: Ns = 50_000;
+/// Predecessors walked past positions that learnt nothing.
+const WALK: usize = 4;
+
+/// A close of another timeline: which, and how many of its closes came before it in the bubble.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Source {
+    tl: TlKey,
+    nth: u32,
+}
+
+/// The newest offsets learnt for one source at one position.
+#[derive(Clone, Copy, Debug, Default)]
+struct Offsets {
+    v: [Ns; VALUES],
+    n: usize,
+}
+
+impl Offsets {
+    fn with(x: Ns, older: Option<&Offsets>) -> Offsets {
+        let mut out = Offsets::default();
+        out.v[0] = x;
+        out.n = 1;
+        if let Some(o) = older {
+            for &y in &o.v[..o.n.min(VALUES - 1)] {
+                out.v[out.n] = y;
+                out.n += 1;
+            }
+        }
+        out
+    }
+
+    /// (median, shortest of the newest few, mean deviation from the median).
+    fn stats(&self) -> (Ns, Ns, Ns) {
+        let mut s = self.v;
+        let s = &mut s[..self.n];
+        s.sort_unstable();
+        let n = s.len();
+        let median = if n % 2 == 1 {
+            s[n / 2]
+        } else {
+            (s[n / 2 - 1] + s[n / 2]) / 2
+        };
+        let shortest = *self.v[..n.min(RECENT_SHORT)]
+            .iter()
+            .min()
+            .expect("never empty");
+        let spread = s.iter().map(|&x| x.abs_diff(median)).sum::<Ns>() / n as Ns;
+        (median, shortest, spread)
+    }
+}
+
+/// The open bubble part of one timeline, and the closes elsewhere since it began.
+#[derive(Clone, Debug)]
+struct Track {
+    start: Ns,
+    at: (OpIndex, Part),
+    from: Ns,
+    events: Vec<(Source, Ns)>,
+}
+
+/// What one position learnt: the offsets of its end from each source.
+type Learnt = Vec<(Source, Offsets)>;
+
+/// An end predicted from another timeline's close.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Anchored {
+    pub end: Ns,
+    pub shortest_end: Ns,
+    pub spread_ns: Ns,
+}
+
+#[derive(Default)]
+pub struct Anchors {
+    tracks: HashMap<TlKey, Track>,
+    /// Per timeline and position: what was learnt there, per source.
+    learnt: HashMap<TlKey, BTreeMap<(OpIndex, Part), Learnt>>,
+}
+
+impl Anchors {
+    /// Timeline `who` was just observed, and these bubbles of it closed: learns what their
+    /// ends say, notes the closes on the other timelines' tracks, and follows its open part.
+    pub fn observed(&mut self, who: TlKey, tl: &Timeline, closed: &[Bubble]) {
+        for b in closed {
+            if let Some(track) = self.tracks.remove(&who) {
+                if !b.cut_by_exit && b.start == track.start {
+                    self.learn(who, tl, &track, b.end);
+                }
+            }
+            self.closed_elsewhere(who, b.end);
+        }
+        match tl.open_part() {
+            None => {
+                self.tracks.remove(&who);
+            }
+            Some((start, at, from)) => {
+                let old = self.tracks.remove(&who);
+                let track = match old {
+                    Some(t) if t.start == start && t.at == at && t.from == from => t,
+                    Some(t) => {
+                        // The same bubble went on past an op that moved nothing: its earlier part
+                        // ended there.
+                        if t.start == start && t.from < from {
+                            self.learn(who, tl, &t, from);
+                        }
+                        let events = t.events.into_iter().filter(|e| e.1 > from).collect();
+                        Track {
+                            start,
+                            at,
+                            from,
+                            events,
+                        }
+                    }
+                    None => Track {
+                        start,
+                        at,
+                        from,
+                        events: vec![],
+                    },
+                };
+                self.tracks.insert(who, track);
+            }
+        }
+    }
+
+    /// A bubble of `who` closed at `t`: an event for every other open part that began before.
+    fn closed_elsewhere(&mut self, who: TlKey, t: Ns) {
+        for (k, track) in self.tracks.iter_mut() {
+            if *k == who || t <= track.from || track.events.len() >= MAX_EVENTS {
+                continue;
+            }
+            let nth = track.events.iter().filter(|e| e.0.tl == who).count() as u32;
+            track.events.push((Source { tl: who, nth }, t));
+        }
+    }
+
+    fn learn(&mut self, who: TlKey, tl: &Timeline, track: &Track, end: Ns) {
+        let older = self.chain_before(who, tl, track.at).cloned();
+        let mut here = vec![];
+        for &(src, t) in track.events.iter().filter(|e| e.1 < end) {
+            let prev = older
+                .as_ref()
+                .and_then(|v| v.iter().find(|x| x.0 == src))
+                .map(|x| &x.1);
+            here.push((src, Offsets::with(end - t, prev)));
+        }
+        let map = self.learnt.entry(who).or_default();
+        if here.is_empty() {
+            map.remove(&track.at);
+        } else {
+            map.insert(track.at, here);
+        }
+        // What the pattern no longer remembers cannot be reached along a chain.
+        let keep_from = tl.pattern().ops().saturating_sub(2 * HISTORY as u64);
+        while let Some((&(i, _), _)) = map.first_key_value() {
+            if i >= keep_from {
+                break;
+            }
+            map.pop_first();
+        }
+    }
+
+    /// What was learnt at the position before `at` along its chain.
+    fn chain_before(&self, who: TlKey, tl: &Timeline, at: (OpIndex, Part)) -> Option<&Learnt> {
+        let map = self.learnt.get(&who)?;
+        let mut i = tl.pattern().predecessor(at.0);
+        for _ in 0..WALK {
+            let p = i?;
+            if let Some(v) = map.get(&(p, at.1)) {
+                return Some(v);
+            }
+            i = tl.pattern().predecessor(p);
+        }
+        None
+    }
+
+    /// The end of `who`'s open bubble part as the steadiest close seen so far in it predicts it.
+    pub fn predict(&self, who: TlKey, tl: &Timeline) -> Option<Anchored> {
+        let track = self.tracks.get(&who)?;
+        let learnt = self.chain_before(who, tl, track.at)?;
+        let mut best: Option<Anchored> = None;
+        for &(src, t) in &track.events {
+            let Some((_, o)) = learnt.iter().find(|x| x.0 == src) else {
+                continue;
+            };
+            if o.n < MIN_VALUES {
+                continue;
+            }
+            let (median, shortest, spread) = o.stats();
+            let a = Anchored {
+                end: t + median,
+                shortest_end: t + shortest,
+                spread_ns: spread.max(SPREAD_FLOOR_NS),
+            };
+            // The steadiest; of those alike, the latest close (events are in order).
+            if best.is_none_or(|b| a.spread_ns <= b.spread_ns) {
+                best = Some(a);
+            }
+        }
+        best
+    }
+
+    /// Keeps the timelines `live` says are still there.
+    pub fn retain(&mut self, live: impl Fn(&TlKey) -> bool) {
+        self.tracks.retain(|k, _| live(k));
+        self.learnt.retain(|k, _| live(k));
+        for t in self.tracks.values_mut() {
+            t.events.retain(|e| live(&e.0.tl));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::inference::gpus::Gpus;
+    use crate::inference::obs::{CommKind, CommSig, GpuId, Ns, Obs, SyncOn};
+
+    const MS: Ns = 1_000_000;
+    const C: u64 = 7;
+    const P2P: u64 = 20;
+    const UP: (u32, GpuId) = (1, GpuId(0x1000));
+    const DOWN: (u32, GpuId) = (2, GpuId(0x2000));
+
+    fn see(g: &mut Gpus, who: (u32, GpuId), obs: Obs, now: Ns) {
+        g.observe(who.0, Some(who.1), obs, now);
+    }
+
+    fn sig(kind: CommKind) -> CommSig {
+        CommSig {
+            comm: 9,
+            kind,
+            peer: 0,
+            bytes: 4,
+            largest_send: 0,
+        }
+    }
+
+    /// Op `id` of `kind` on the downstream stage: issued at `t`, begun 50 µs later (seen 100 µs
+    /// later), ended at `end` (seen 40 µs later) when given.
+    fn op(g: &mut Gpus, id: u64, kind: CommKind, t: Ns, end: Option<Ns>) {
+        let issue = Obs::CommIssue {
+            t,
+            id,
+            stream: P2P,
+            sig: sig(kind),
+        };
+        see(g, DOWN, issue, t);
+        let begin = Obs::CommBegin {
+            id,
+            t: t + 50_000,
+            seen: t + 100_000,
+        };
+        see(g, DOWN, begin, t + 100_000);
+        if let Some(end) = end {
+            let seen = end + 40_000;
+            see(g, DOWN, Obs::CommEnd { id, t: end, seen }, seen);
+        }
+    }
+
+    /// Iteration `i` of a two-stage job from `t`: both hosts block until their GPUs drain at `t`;
+    /// the upstream stage's host wakes `wake` later (its bubble closes with its launch); the
+    /// downstream stage posts a receive at once, whose data comes `data` after `t` and which its
+    /// compute follows. Returns the end of the downstream bubble predicted once the upstream
+    /// stage resumed, and the true one.
+    fn iteration(g: &mut Gpus, i: u64, t: Ns, wake: Ns, data: Ns) -> (Option<Ns>, Ns) {
+        for who in [UP, DOWN] {
+            let launch = Obs::Launch {
+                t: t - 5 * MS,
+                stream: C,
+            };
+            see(g, who, launch, t - 5 * MS);
+            let sync = Obs::Sync {
+                t0: t - 5 * MS,
+                t1: t,
+                on: SyncOn::Device,
+            };
+            see(g, who, sync, t);
+        }
+        op(g, 100 + i, CommKind::Recv, t + 100_000, None);
+        let launch = Obs::Launch {
+            t: t + wake,
+            stream: C,
+        };
+        see(g, UP, launch, t + wake + 100_000);
+        let predicted = g.open_on(DOWN.1)[0].and_then(|b| b.predicted_end);
+        let end = t + data;
+        let seen = end + 40_000;
+        see(
+            g,
+            DOWN,
+            Obs::CommEnd {
+                id: 100 + i,
+                t: end,
+                seen,
+            },
+            seen,
+        );
+        let launch = Obs::Launch {
+            t: seen + 10_000,
+            stream: C,
+        };
+        see(g, DOWN, launch, seen + 10_000);
+        (predicted, end)
+    }
+
+    /// The downstream bubble's predicted end and true end in the last two of 8 iterations,
+    /// the upstream host waking 1-4 ms late; its data comes `data(wake)` after the drain.
+    fn job(data: impl Fn(Ns) -> Ns) -> Vec<(Option<Ns>, Ns)> {
+        let mut g = Gpus::new();
+        // A send on the receives' communicator: its 50 ns bound their transfers.
+        op(&mut g, 1, CommKind::Send, 10, Some(50_100));
+        let wakes = [1, 4, 2, 3, 1, 4, 2, 3].map(|x| x * MS);
+        let mut out = vec![];
+        for (i, &wake) in wakes.iter().enumerate() {
+            let t = (i as Ns + 1) * 100 * MS;
+            out.push(iteration(&mut g, i as u64, t, wake, data(wake)));
+        }
+        out.split_off(6)
+    }
+
+    #[test]
+    fn a_bubble_that_waits_for_an_upstream_stage_ends_a_learnt_time_after_that_stage_resumed() {
+        // The data comes 20 ms after the upstream host woke: its bubble's length from its start
+        // varies by 3 ms, its end from the upstream stage's resumption by nothing.
+        for (predicted, end) in job(|wake| wake + 20 * MS) {
+            let predicted = predicted.expect("the position was learnt");
+            assert!(
+                predicted.abs_diff(end) <= 100_000,
+                "predicted {predicted}, ended {end}"
+            );
+        }
+        // The data comes 22 ms after the drain whenever the upstream host wakes: its start
+        // predicts it, the upstream stage's resumption does not.
+        for (predicted, end) in job(|_| 22 * MS) {
+            let predicted = predicted.expect("the position was learnt");
+            assert!(
+                predicted.abs_diff(end) <= 100_000,
+                "predicted {predicted}, ended {end}"
+            );
+        }
+    }
+}
