@@ -94,7 +94,12 @@ fn wait_arrived(map: &Mapping, n: usize) -> Result<(), NcclResult> {
                 && process_dead(map.rank(r).pid.load(Ordering::Acquire))
         });
         if dead {
-            return Err(NCCL_REMOTE_ERROR);
+            // It may have arrived and exited since `seen` was read.
+            return if h.arrived.load(Ordering::Acquire) as usize >= n {
+                Ok(())
+            } else {
+                Err(NCCL_REMOTE_ERROR)
+            };
         }
         if now_ns() > deadline {
             return Err(NCCL_TIMEOUT);

@@ -66,7 +66,14 @@ impl CommShared {
                 .iter()
                 .any(|&p| process_dead(self.map.rank(p).pid.load(Ordering::Acquire)))
             {
-                return Err(NCCL_REMOTE_ERROR);
+                // A peer may have done its part and exited between the check above and this one
+                // (its last send delivered, as a real NCCL's buffers hold it): only a condition
+                // still unmet after its death is an error.
+                return if cond() {
+                    Ok(())
+                } else {
+                    Err(NCCL_REMOTE_ERROR)
+                };
             }
             if now_ns() > deadline {
                 return Err(NCCL_TIMEOUT);
@@ -629,6 +636,21 @@ mod tests {
             (late, 100_000),
             "then its receive's data"
         );
+    }
+
+    #[test]
+    fn a_dead_peer_fails_a_wait_only_for_what_it_did_not_deliver() {
+        let c = ranks(2, "dead");
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        child.wait().unwrap();
+        c[1].map.rank(0).pid.store(child.id(), Ordering::Release);
+        let t0 = now_ns();
+        post_send(&c[0], 1, 0, 1_000, t0).unwrap();
+        assert!(
+            wait_recv(&c[1], 0, 0, t0).is_ok(),
+            "data sent before the sender exited"
+        );
+        assert_eq!(wait_recv(&c[1], 0, 1, t0), Err(NCCL_REMOTE_ERROR));
     }
 
     #[test]
