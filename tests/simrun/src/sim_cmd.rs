@@ -241,6 +241,8 @@ pub fn main(a: SimArgs) -> i32 {
             "kind": spec.kind,
             "mode": spec.mode.name(),
             "sidetasks_ended": sim_report::sidetask_ends_json(&res, spec.per_gpu),
+            // The share of granted time the side tasks ran in (see sim_grants::GrantUse).
+            "grants_used": grants.used.share().map(|v| r(v, 4)),
         });
         report["trainer"] = json!({
             "baseline_iteration_ms": r(base, 3),

@@ -10,8 +10,13 @@
 //!
 //! `coverage` is the other side: where each rank's true idle time went against the grants of the
 //! GPU its agent put it on ([`Coverage`]): what a side task could have had and did not, by cause.
+//!
+//! `used` is what the side tasks made of it: their GPU time inside the grants of the GPU they ran
+//! on against the time granted there ([`GrantUse`]). Harvest is about coverage x use: a grant the
+//! side task cannot fill (its host thread starved of CPU, its steps longer than what is left) is
+//! the side task's or the host's loss, not the agent's.
 use crate::sim::{scored_iterations, SimResult};
-use freeride_agent::inference::score::{clip, merge, Coverage, GrantTally};
+use freeride_agent::inference::score::{clip, merge, Coverage, GrantTally, Tally};
 use freeride_agent::inference::{GpuId, Ns};
 use std::collections::BTreeMap;
 
@@ -22,6 +27,21 @@ pub struct GrantScores {
     pub per_rank: Vec<GrantTally>,
     /// All ranks' idle time against their GPUs' grants.
     pub coverage: Coverage,
+    pub used: GrantUse,
+}
+
+/// Side-task GPU time inside grants against the time granted, summed over GPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GrantUse {
+    pub granted_ns: Ns,
+    pub used_ns: Ns,
+}
+
+impl GrantUse {
+    /// The share of granted time a side task ran in (`None` when nothing was granted).
+    pub fn share(&self) -> Option<f64> {
+        (self.granted_ns > 0).then(|| self.used_ns as f64 / self.granted_ns as f64)
+    }
 }
 
 /// True idle time of rank `rank` in the scored iterations.
@@ -104,12 +124,112 @@ pub fn score(r: &SimResult) -> GrantScores {
             &clip(&merge(granted), from, to),
         ));
     }
+    // Per GPU of the agent once (ranks the agent put on one GPU share its grants): the side-task
+    // kernels on the simulated device of its first rank.
+    let mut used = GrantUse::default();
+    let mut seen = std::collections::BTreeSet::new();
+    for (rank, k) in key_of.iter().enumerate() {
+        let Some((node, gpu)) = *k else { continue };
+        if !seen.insert((node, gpu)) {
+            continue;
+        }
+        let Some(log) = r.grant_logs.get(node) else {
+            continue;
+        };
+        let device = r.truth.devices.get(rank).copied().unwrap_or(rank as u32);
+        let side: Vec<(Ns, Ns)> = r
+            .kernels
+            .iter()
+            .filter(|k| k.device == device && r.sidetask_pids.contains(&k.pid))
+            .map(|k| (k.start_ns, k.end_ns))
+            .collect();
+        let t = Tally::of(&side, &clip(&merge(log.intervals(gpu)), from, to));
+        used.granted_ns += t.truth_ns;
+        used.used_ns += t.overlap_ns;
+    }
     GrantScores {
         overall,
         coverage,
+        used,
         per_rank: key_of
             .iter()
             .map(|k| k.and_then(|k| tallies.get(&k).copied()).unwrap_or_default())
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use freeride_agent::grant_log::GrantLog;
+    use freeride_agent::inference::Bubble;
+    use freeride_agent::node::BubbleRecord;
+    use serde_json::json;
+
+    /// Two ranks on two GPUs, three iterations of 100 ns (two warm-up, one scored: 200..300);
+    /// GPU A granted 220..260 (a side task ran 230..250 there and 250..270 past it), GPU B
+    /// granted 210..230 and nothing ran there; a side-task kernel before the scored iteration and
+    /// a trainer kernel inside a grant do not count.
+    #[test]
+    fn used_is_side_task_time_inside_its_gpus_grants() {
+        let (a, b) = (GpuId(0xa00), GpuId(0xb00));
+        let it = |i: u64| {
+            json!({"index": i, "start_ns": 100 * i, "end_ns": 100 * i + 100, "ranks": [
+                {"rank": 0, "pid": 10, "busy_ns": 0, "idle_ns": 100, "idle_intervals": [[100 * i, 100 * i + 100]]},
+                {"rank": 1, "pid": 11, "busy_ns": 0, "idle_ns": 100, "idle_intervals": [[100 * i, 100 * i + 100]]}]})
+        };
+        let truth = serde_json::from_value(json!({
+            "pids": [10, 11], "devices": [0, 1], "iterations": [it(0), it(1), it(2)]}))
+        .unwrap();
+        let kernel = |device: u32, pid: u32, s: u64, e: u64| {
+            serde_json::from_value(json!({"device": device, "pid": pid, "kernel": "k",
+                "kind": "compute", "start_ns": s, "end_ns": e}))
+            .unwrap()
+        };
+        let mut log = GrantLog::new(0);
+        log.note(a, 220, Some(260));
+        log.note(a, 260, None);
+        log.note(b, 210, Some(230));
+        log.note(b, 230, None);
+        let bubble = |pid, gpu| BubbleRecord {
+            pid,
+            gpu,
+            bubble: Bubble {
+                start: 200,
+                end: 300,
+                opened_seen: 200,
+                closed_seen: 300,
+                predicted_end: None,
+                confidence: 0.0,
+                cut_by_exit: false,
+            },
+        };
+        let r = SimResult {
+            truth,
+            kernels: vec![
+                kernel(0, 99, 230, 250),
+                kernel(0, 99, 250, 270),
+                kernel(0, 99, 150, 190),
+                kernel(1, 11, 210, 230),
+            ],
+            bubbles: vec![bubble(10, a), bubble(11, b)],
+            grant_logs: vec![log],
+            events: 0,
+            dropped: 0,
+            agent_cpu_ns: 0,
+            agent_wall_ns: 0,
+            report_lag: Default::default(),
+            matched: Default::default(),
+            warnings: vec![],
+            sidetask_pids: vec![99],
+            nodes: 1,
+            ranks_per_node: 2,
+            per_node: vec![],
+            sidetask_ends: vec![],
+        };
+        let u = score(&r).used;
+        assert_eq!((u.granted_ns, u.used_ns), (60, 30), "{u:?}");
+        assert_eq!(u.share(), Some(0.5));
+        assert_eq!(GrantUse::default().share(), None);
     }
 }

@@ -210,7 +210,8 @@ pub fn render(r: &Value) -> String {
         let _ = writeln!(
             s,
             "harvest    {} of the bubble time kept busy by {} {} side task(s) per GPU ({}); \
-             side-task GPU time {}, {} of it outside bubbles; GPU share {}",
+             side-task GPU time {}, {} of it outside bubbles; GPU share {}; the side tasks ran \
+             in {} of the granted time",
             pct(&h["bubble_busy_ratio"]),
             num(&h["sidetasks_per_gpu"]),
             num(&h["kind"]),
@@ -218,6 +219,7 @@ pub fn render(r: &Value) -> String {
             unit(&h["sidetask_busy_ms"], "ms"),
             unit(&h["sidetask_outside_bubbles_ms"], "ms"),
             pct(&h["sidetask_gpu_share"]),
+            pct(&h["grants_used"]),
         );
         rest(
             &mut s,
@@ -230,6 +232,7 @@ pub fn render(r: &Value) -> String {
                 "sidetask_busy_ms",
                 "sidetask_outside_bubbles_ms",
                 "sidetask_gpu_share",
+                "grants_used",
                 "sidetasks_ended",
                 "by_iteration",
             ],
@@ -342,7 +345,7 @@ mod tests {
                     "ungranted_under_1ms": 0.0358}},
             "harvest": {"bubble_busy_ratio": 0.1312, "sidetask_busy_ms": 99.25,
                 "sidetask_outside_bubbles_ms": 1.5, "sidetask_gpu_share": 0.0421,
-                "by_iteration": [0.0512, 0.1788],
+                "grants_used": 0.1937, "by_iteration": [0.0512, 0.1788],
                 "sidetasks_per_gpu": 1, "kind": "pagerank", "mode": "gated",
                 "sidetasks_ended": [{"pid": 77, "device": 2, "iteration": 3, "finished": true,
                     "exit_status": 0, "signal": null, "how": "finished its work (exit status 0)"}]},
@@ -371,6 +374,7 @@ mod tests {
             "99.25",
             "1.5",
             "4.21 %",
+            "ran in 19.37 % of the granted time",
             "by scored iteration: 5.12 %, 17.88 %",
             "pagerank",
             "gated",
