@@ -62,7 +62,17 @@ pub struct Node {
     report_lag: ReportLag,
     /// How promptly the trainers report their ops' ends ([`crate::ends`]).
     ends: EndsSteering,
+    /// The processes (sorted pids) the per-process state was last pruned to, and when (see
+    /// [`PRUNE_EVERY_NS`]).
+    pruned_to: Vec<u32>,
+    pruned_at: Ns,
 }
+
+/// The per-process state (timelines, partners, anchors, totals) is pruned to the live processes
+/// when their set changes, and at least this often: pruning at every step took a tenth of the
+/// agent's CPU on torchtitan's ZBV job (2026-12-06 profile) to change nothing while the set stayed
+/// the same.
+pub const PRUNE_EVERY_NS: Ns = 100_000_000;
 
 impl Node {
     pub fn new(dir: &Path) -> Node {
@@ -77,6 +87,8 @@ impl Node {
             bell: Bell::new(dir),
             report_lag: ReportLag::default(),
             ends: EndsSteering::prompt(),
+            pruned_to: Vec::new(),
+            pruned_at: 0,
         }
     }
 
@@ -164,9 +176,15 @@ impl Node {
         let procs = self.collector.processes();
         // Every close goes to the watchdog (a ring is closed once); without one they are dropped.
         let closed = self.collector.take_closed_sidetasks();
-        let live = |pid: u32| procs.iter().any(|p| p.pid == pid);
-        self.gpus.retain(live);
-        self.totals.retain(|k, _| live(k.0));
+        let mut pids: Vec<u32> = procs.iter().map(|p| p.pid).collect();
+        pids.sort_unstable();
+        if pids != self.pruned_to || now.saturating_sub(self.pruned_at) >= PRUNE_EVERY_NS {
+            let live = |pid: u32| pids.binary_search(&pid).is_ok();
+            self.gpus.retain(live);
+            self.totals.retain(|k, _| live(k.0));
+            self.pruned_to = pids;
+            self.pruned_at = now;
+        }
         let harvest = ends::sidetask_ring_live(&procs)
             || self.grants.as_mut().is_some_and(|g| g.any_sdk_task(now));
         self.ends.steer(now, harvest, &self.collector);

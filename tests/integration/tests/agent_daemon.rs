@@ -123,6 +123,28 @@ fn a_restarted_agent_relearns_from_live_rings() {
         st.success(),
         "the job failed beside a killed and restarted agent: {st}"
     );
+    // Its ranks gone, the agent forgets them: no GPU is left with a trainer.
+    let t0 = Instant::now();
+    let mut left = status(&dir);
+    while t0.elapsed() < Duration::from_secs(5)
+        && left.as_ref().is_none_or(|v| {
+            v["gpus"].as_array().is_none_or(|g| {
+                g.iter()
+                    .any(|g| g["trainers"].as_array().is_none_or(|t| !t.is_empty()))
+            })
+        })
+    {
+        std::thread::sleep(Duration::from_millis(50));
+        left = status(&dir);
+    }
+    assert!(
+        left.as_ref()
+            .and_then(|v| v["gpus"].as_array())
+            .is_some_and(|g| g
+                .iter()
+                .all(|g| g["trainers"].as_array().is_some_and(|t| t.is_empty()))),
+        "the agent still shows the ended job's trainers: {left:?}"
+    );
     b.kill().unwrap();
     b.wait().unwrap();
     eprintln!("relearnt in {took:?}");
