@@ -25,6 +25,10 @@ pub struct Blocker {
     pub sig: Option<CommSig>,
     /// Launches on the stream before the wait.
     pub at: u64,
+    /// Waits queued on the stream before it (set by [`Stream::add_blocker`]): a point recorded
+    /// on the stream stands after the waits queued before it, not after those queued later at
+    /// the same launch count.
+    pub seq: u64,
     /// When the wait released the stream, once known.
     pub released: Option<Ns>,
 }
@@ -61,8 +65,11 @@ pub struct Stream {
     pub comm: bool,
     /// The last communication op queued on it.
     pub last_op: Option<u64>,
-    /// Compute (stream, launches) that the next communication op on it waits for.
-    pub deps: Vec<(u64, u64)>,
+    /// Waits queued on it so far.
+    pub waits: u64,
+    /// Points on other streams (stream, launches, waits before it) that the next communication
+    /// op on it waits for.
+    pub deps: Vec<(u64, u64, u64)>,
 }
 
 impl Stream {
@@ -149,10 +156,12 @@ impl Stream {
         self.deps.clear();
     }
 
-    pub fn add_blocker(&mut self, b: Blocker) {
+    pub fn add_blocker(&mut self, mut b: Blocker) {
         if self.blockers.len() == MAX_BLOCKERS {
             self.blockers.pop_front();
         }
+        b.seq = self.waits;
+        self.waits += 1;
         self.blockers.push_back(b);
     }
 
@@ -171,15 +180,15 @@ impl Stream {
         self.blockers.iter().find(|b| b.wait == wait)
     }
 
-    /// Whether the GPU is known past the first `count` launches and past every wait queued
-    /// among them or right after them (what a point recorded after them waits for: a wait queued
-    /// after the last of them may stand before the record, so it counts).
-    pub fn ran_to(&self, count: u64) -> bool {
+    /// Whether the GPU is known past a point of the stream: its first `count` launches and the
+    /// first `waits` waits queued on it (what a point recorded there waits for; a wait queued
+    /// later, even with no launch in between, stands after it).
+    pub fn ran_to(&self, count: u64, waits: u64) -> bool {
         self.drained >= count
             && !self
                 .blockers
                 .iter()
-                .any(|b| b.at <= count && b.released.is_none())
+                .any(|b| b.at <= count && b.seq < waits && b.released.is_none())
     }
 
     /// Whether a wait on this stream still waits for op `id`.
@@ -288,6 +297,7 @@ mod tests {
             op: Some(1),
             sig: None,
             at: 1,
+            seq: 0,
             released: None,
         });
         s.on_launch(200);

@@ -58,8 +58,9 @@ pub const STALE_MIN_NS: Ns = 200_000_000;
 #[derive(Clone, Copy, Debug)]
 struct Record {
     stream: StreamId,
-    /// Launches on its stream before it.
+    /// Launches on its stream before it, and waits queued on its stream before it.
     launches: u64,
+    waits: u64,
     /// The last comm op queued on its stream before it.
     last_op: Option<u64>,
 }
@@ -70,8 +71,11 @@ struct Op {
     stream: StreamId,
     issued: Ns,
     pos: OpIndex,
-    /// Compute (stream, launches) queued before it that must have run when it begins.
-    deps: Vec<(StreamId, u64)>,
+    /// Points of other streams (stream, launches, waits before it) that must have run when it
+    /// begins.
+    deps: Vec<(StreamId, u64, u64)>,
+    /// Its own stream's launches and waits queued before it.
+    after: (u64, u64),
     begin: Option<Ns>,
     /// A synchronize covering it returned at this time.
     synced: Option<Ns>,
@@ -290,6 +294,7 @@ impl Timeline {
                     Record {
                         stream,
                         launches: s.launches,
+                        waits: s.waits,
                         last_op,
                     },
                 );
@@ -377,13 +382,17 @@ impl Timeline {
         c.comm = true;
         c.last_op = Some(id);
         let mut deps = std::mem::take(&mut c.deps);
+        let after = (c.launches, c.waits);
         if c.launches > 0 {
-            deps.push((stream, c.launches));
+            deps.push((stream, c.launches, c.waits));
         }
         if !self.explicit {
             if let Some(cur) = self.current.filter(|&k| k != stream) {
-                let k = self.streams.get(&cur).map_or(0, |s| s.launches);
-                deps.push((cur, k));
+                let (k, w) = self
+                    .streams
+                    .get(&cur)
+                    .map_or((0, 0), |s| (s.launches, s.waits));
+                deps.push((cur, k, w));
             }
         }
         self.expire(t);
@@ -398,6 +407,7 @@ impl Timeline {
                 issued: t,
                 pos,
                 deps,
+                after,
                 begin: None,
                 synced: None,
                 transfer_from: None,
@@ -427,7 +437,7 @@ impl Timeline {
         );
         let deps = std::mem::take(&mut op.deps);
         self.forget_before(stream, id, false);
-        for (s, k) in deps {
+        for (s, k, _) in deps {
             let r = self.streams.get_mut(&s).and_then(|s| s.drained_to(k, t));
             self.note_runahead(r);
         }
@@ -578,7 +588,7 @@ impl Timeline {
         let compute = self.streams.get(&r.stream).map_or(0, |s| s.launches);
         let s = self.streams.entry(stream).or_default();
         if r.stream != stream && compute > 0 {
-            s.deps.push((r.stream, r.launches));
+            s.deps.push((r.stream, r.launches, r.waits));
         }
         if let Some(op) = r.last_op.and_then(|x| self.ops.get(&x).map(|o| (x, o.sig))) {
             s.add_blocker(Blocker {
@@ -586,6 +596,7 @@ impl Timeline {
                 op: Some(op.0),
                 sig: Some(op.1),
                 at: s.launches,
+                seq: 0,
                 released: None,
             });
         }

@@ -79,11 +79,11 @@ impl Timeline {
         let ran = op
             .deps
             .iter()
-            .all(|&(s, k)| self.streams.get(&s).is_none_or(|s| s.ran_to(k)))
+            .all(|&(s, k, w)| self.streams.get(&s).is_none_or(|s| s.ran_to(k, w)))
             && self
                 .streams
                 .get(&op.stream)
-                .is_none_or(|s| s.ran_to(s.launches));
+                .is_none_or(|s| s.ran_to(op.after.0, op.after.1));
         op.begin.is_none() && ran && self.timed.contains(&op.stream)
     }
 

@@ -522,6 +522,69 @@ fn an_op_that_may_have_begun_unseen_bounds_the_bubble() {
 }
 
 #[test]
+fn a_wait_queued_after_a_record_does_not_hold_what_waits_for_the_record() {
+    // Megatron's iteration end with the distributed optimizer: the compute stream waits for the
+    // grad-norm all-reduce (op 1, stream 21), a record on the compute stream sends the
+    // parameter all-gathers (ops 2 and 3) on their stream, and then the compute stream waits for
+    // those. The second wait stands after the record at the same launch count: it must not hold
+    // the all-gathers, or the first of them waits for its own successor and is never taken to be
+    // able to begin (on the test bed's TP2 x PP4 x DP2 job with noise, pause grants ran 1-2 ms
+    // into its transfer, up to 0.013 of the granted time over busy).
+    let mut tl = Timeline::new();
+    learn_transfer(&mut tl);
+    let issue = |id, t, stream| Obs::CommIssue {
+        t,
+        id,
+        stream,
+        sig: recv(),
+    };
+    let record = |t, event, stream| Obs::EventRecord { t, event, stream };
+    let wait = |t, stream, event, wait| Obs::StreamWait {
+        t,
+        stream,
+        event,
+        wait,
+    };
+    feed(
+        &mut tl,
+        &[
+            Obs::Launch { t: 100, stream: C },
+            record(110, 4, C),
+            wait(120, 21, 4, 8),
+            issue(1, 200, 21),
+            record(210, 5, 21),
+            wait(220, C, 5, 9),
+            record(225, 6, C),
+            wait(226, P2P, 6, 10),
+            issue(2, 230, P2P),
+            issue(3, 235, P2P),
+            record(240, 7, P2P),
+            wait(245, C, 7, 11),
+            Obs::CommBegin {
+                id: 1,
+                t: 1_000,
+                seen: 1_100,
+            },
+        ],
+    );
+    tl.in_flight.get_mut(&1).expect("in flight").learnt = 50_000;
+    let open = tl.open_now().expect("nothing can run");
+    assert_eq!((open.start, open.busy_from), (1_000, Some(50_000)));
+    // The all-reduce ended (moving data until then): the first all-gather can begin from there
+    // (its begin record may come late).
+    feed(
+        &mut tl,
+        &[Obs::CommEnd {
+            id: 1,
+            t: 5_000,
+            seen: 5_100,
+        }],
+    );
+    let open = tl.open_now().expect("the compute stream still waits");
+    assert_eq!((open.start, open.busy_from), (5_000, Some(5_000)));
+}
+
+#[test]
 fn the_idle_time_after_an_op_that_moved_nothing_is_learnt_at_its_end() {
     // An all-reduce the GPU stays idle across: in the first iterations its partners say it
     // moved data for its last 50 µs (the bubble splits there), then nothing (its last party
