@@ -89,6 +89,9 @@ pub struct NoiseArgs {
     pub pause_every: u32,
     #[arg(long, value_name = "MS", default_value_t = 0.0)]
     pub pause_ms: f64,
+    /// The first iteration's kernels take PCT percent longer (a real job's warm-up).
+    #[arg(long, value_name = "PCT", default_value_t = 0.0)]
+    pub warmup: f64,
     /// Seed of every noise draw (the same seed repeats a noisy run exactly).
     #[arg(long, value_name = "S", default_value_t = 0)]
     pub seed: u64,
@@ -284,6 +287,7 @@ impl JobArgs {
         push("--stall-ms", n.stall_ms.to_string());
         push("--pause-every", n.pause_every.to_string());
         push("--pause-ms", n.pause_ms.to_string());
+        push("--warmup", n.warmup.to_string());
         push("--seed", n.seed.to_string());
         push("--visible-devices", name_of(&self.place.visible_devices));
         push("--nodes", self.place.nodes.to_string());
@@ -410,6 +414,7 @@ impl JobArgs {
             stall_ns: ms_to_ns(n.stall_ms),
             pause_every: n.pause_every,
             pause_ns: ms_to_ns(n.pause_ms),
+            warmup_pct: n.warmup,
         };
         noise.validate()?;
         Ok(noise)

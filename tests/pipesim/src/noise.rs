@@ -25,6 +25,11 @@ pub struct Noise {
     /// (the GPUs idle, as during an evaluation or a checkpoint).
     pub pause_every: u32,
     pub pause_ns: u64,
+    /// The first iteration's kernels take this many percent longer: a real job's warm-up (the
+    /// allocator growing, autotuning, compilation), which makes the pipeline's bubbles in it
+    /// unlike the later ones.
+    #[serde(default)]
+    pub warmup_pct: f64,
 }
 
 /// What a draw is for (keeps the streams of draws apart).
@@ -67,6 +72,7 @@ impl Noise {
         for (flag, v, max) in [
             ("--jitter", self.jitter_pct, 90.0),
             ("--seq-var", self.seq_var_pct, 50.0),
+            ("--warmup", self.warmup_pct, 400.0),
         ] {
             if !v.is_finite() || !(0.0..=max).contains(&v) {
                 return Err(format!("{flag} must be a percentage in 0..={max}, got {v}"));
@@ -81,13 +87,20 @@ impl Noise {
         Ok(())
     }
 
-    /// The factor of kernel `index` of rank `rank`'s iteration `it`.
+    /// The factor of kernel `index` of rank `rank`'s iteration `it` (the first iteration's with
+    /// its warm-up).
     pub fn jitter(&self, it: u32, rank: u32, index: u64) -> f64 {
-        self.around_one(
-            self.jitter_pct,
-            Purpose::Jitter,
-            &[u64::from(it), u64::from(rank), index],
-        )
+        let warmup = if it == 0 {
+            1.0 + self.warmup_pct / 100.0
+        } else {
+            1.0
+        };
+        warmup
+            * self.around_one(
+                self.jitter_pct,
+                Purpose::Jitter,
+                &[u64::from(it), u64::from(rank), index],
+            )
     }
 
     /// The size factor of micro-batch `mb` in iteration `it` (compute and messages).
@@ -120,6 +133,7 @@ impl Noise {
     pub fn any(&self) -> bool {
         self.jitter_pct > 0.0
             || self.seq_var_pct > 0.0
+            || self.warmup_pct > 0.0
             || self.stall_every > 0
             || self.pause_every > 0
     }
@@ -139,6 +153,7 @@ mod tests {
             stall_ns: 5,
             pause_every: 3,
             pause_ns: 9,
+            warmup_pct: 0.0,
         };
         let other = Noise { seed: 8, ..n };
         let mut differs = false;
@@ -157,6 +172,12 @@ mod tests {
         assert_eq!(n.stall(1, 4), Some((r, at)));
         assert!(n.pause_after(2, 10) && !n.pause_after(1, 10) && !n.pause_after(2, 3));
         assert_eq!(Noise::default().jitter(0, 0, 0), 1.0);
+        let warm = Noise {
+            warmup_pct: 50.0,
+            ..Noise::default()
+        };
+        assert_eq!((warm.jitter(0, 1, 2), warm.jitter(1, 1, 2)), (1.5, 1.0));
+        assert!(warm.any());
         assert!(!Noise::default().any());
         assert!(Noise {
             stall_every: 1,
