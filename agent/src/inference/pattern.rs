@@ -157,16 +157,25 @@ const NEAR_PERIOD_SHARE: f32 = 0.5;
 /// How often (ops) the iteration is looked for again.
 const PERIOD_EVERY: u64 = 16;
 
+/// A chain's first value is set aside while it holds at most this many ([`Values::learnt`]).
+const FIRST_ASIDE_UNTIL: usize = 3;
+
 /// The newest values along a chain, newest first.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 struct Values {
     v: [Ns; VALUES],
     n: usize,
+    /// The oldest value kept is the chain's first: the position's first time, in the job's first
+    /// iteration (or the agent's first look at a running job).
+    first: bool,
 }
 
 impl Values {
     fn with(v: Ns, older: Option<Values>) -> Values {
-        let mut out = Values::default();
+        let mut out = Values {
+            first: older.is_none_or(|o| o.first && o.n < VALUES),
+            ..Values::default()
+        };
         out.v[0] = v;
         out.n = 1;
         if let Some(o) = older {
@@ -178,6 +187,26 @@ impl Values {
         out
     }
 
+    /// The values to learn from: the first one set aside while there are one or two later ones
+    /// and it is unlike each of them (from the third on, [`Values::regime`]'s groups outvote
+    /// it). A job's first iteration runs its warm-up (the allocator growing, autotuning,
+    /// communicators connecting on first use, compilation), and the pipeline's bubbles in it can
+    /// differ from the rest: on torchtitan's ZBV job the iteration-start bubbles of the last
+    /// stages were 19.5 ms in the first iteration and 26.9-29.2 ms after, and the first value,
+    /// shorter, kept the positions' confidence below the grants' bar for two more iterations.
+    fn learnt(&self) -> Values {
+        let mut out = *self;
+        let n = self.n;
+        if self.first
+            && (2..=FIRST_ASIDE_UNTIL).contains(&n)
+            && !self.v[..n - 1].iter().any(|&x| near(x, self.v[n - 1]))
+        {
+            out.n -= 1;
+            out.first = false;
+        }
+        out
+    }
+
     /// The values to predict from: the largest group of values within [`NEAR_SHARE`] of one of
     /// them (on a tie, the group of the newest), unless the newest two agree with each other and
     /// moved away from the rest the same way (the job changed: adopted after two observations, not
@@ -185,7 +214,6 @@ impl Values {
     fn regime(&self) -> ([Ns; VALUES], usize) {
         let all = &self.v[..self.n];
         let mut out = [0; VALUES];
-        let near = |x: Ns, c: Ns| x.abs_diff(c) as f64 <= NEAR_SHARE * c.max(1) as f64;
         if self.n >= 3 && near(all[1], all[0]) && !all[2..].iter().any(|&x| near(x, all[0])) {
             out[..2].copy_from_slice(&all[..2]);
             return (out, 2);
@@ -205,6 +233,11 @@ impl Values {
         }
         (out, n)
     }
+}
+
+/// Whether `x` is within [`NEAR_SHARE`] of `c`: the same bubble.
+fn near(x: Ns, c: Ns) -> bool {
+    x.abs_diff(c) as f64 <= NEAR_SHARE * c.max(1) as f64
 }
 
 /// The newest values whose shortest bounds a prediction even outside its group.
@@ -628,7 +661,9 @@ impl Pattern {
 
     /// What is expected of bubble `part` of op `i`, opening now.
     pub fn predict(&self, i: OpIndex, part: Part) -> Option<Prediction> {
+        // A wait's shortest value bounds when a transfer may begin: none is set aside.
         let vals = self.chain_before(i, part)?;
+        let vals = if part == WAIT { vals } else { vals.learnt() };
         let (kept, n) = vals.regime();
         let v = &kept[..n];
         let expected = median(v);
