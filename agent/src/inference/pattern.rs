@@ -188,7 +188,8 @@ impl Values {
     }
 
     /// The values to learn from: the first one set aside while one or two later ones came and it
-    /// is unlike each of them (once three came, [`Values::regime`]'s groups outvote it). A job's first iteration runs its warm-up (the allocator growing, autotuning,
+    /// is unlike each of them (once three came, [`Values::regime`]'s groups outvote it); it still
+    /// bounds the shortest end ([`Pattern::predict`]). A job's first iteration runs its warm-up (the allocator growing, autotuning,
     /// communicators connecting on first use, compilation), and the pipeline's bubbles in it can
     /// differ from the rest: on torchtitan's ZBV job the iteration-start bubbles of the last
     /// stages were 19.5 ms in the first iteration and 26.9-29.2 ms after, and the first value,
@@ -661,14 +662,16 @@ impl Pattern {
     /// What is expected of bubble `part` of op `i`, opening now.
     pub fn predict(&self, i: OpIndex, part: Part) -> Option<Prediction> {
         // A wait's shortest value bounds when a transfer may begin: none is set aside.
-        let vals = self.chain_before(i, part)?;
-        let vals = if part == WAIT { vals } else { vals.learnt() };
+        let all = self.chain_before(i, part)?;
+        let vals = if part == WAIT { all } else { all.learnt() };
         let (kept, n) = vals.regime();
         let v = &kept[..n];
         let expected = median(v);
         // A shorter value among the newest few counts even outside the group: a bubble that is
         // sometimes shorter must not be outlasted the next time it is.
-        let recent_short = vals.v[..vals.n.min(RECENT_SHORT)].iter().copied().min();
+        // A value set aside still counts here: with noise, a first value unlike the next two is
+        // as often a short bubble as a warm-up, and the grant stops before it either way.
+        let recent_short = all.v[..all.n.min(RECENT_SHORT)].iter().copied().min();
         let shortest = (*v.iter().min()?).min(recent_short.unwrap_or(Ns::MAX));
         let mut spread = v.iter().map(|&x| x.abs_diff(expected)).sum::<Ns>() / v.len() as Ns;
         let mut seen = v.len().min(FULL_CONFIDENCE) as f64 / FULL_CONFIDENCE as f64;

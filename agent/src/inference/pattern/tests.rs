@@ -290,7 +290,8 @@ fn the_first_iterations_unlike_value_is_set_aside_while_the_position_is_young() 
     };
     let pr = prediction_after(5, zbv);
     assert_eq!(pr.expected_ns, ms(28.0), "{pr:?}");
-    assert_eq!(pr.shortest_ns, ms(27.0), "{pr:?}");
+    // It still bounds the grant's end: the next bubble may be as short.
+    assert_eq!(pr.shortest_ns, ms(19.5), "{pr:?}");
     assert!(pr.confidence >= 0.6, "{pr:?}");
     // From the fourth value on, the first one counts again (the largest group of values is
     // predicted from; a shorter one left out lowers the trust).
