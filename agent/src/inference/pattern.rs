@@ -122,7 +122,9 @@ const FULL_CONFIDENCE: usize = 3;
 /// A young position's single value counts as this many observations while the newest ops
 /// replay the ops one lag before them (`Pattern::replaying`): at least [`REPLAY_OPS`]
 /// consecutive begins spaced as theirs were, to within [`REPLAY_SHARE`] (the job's jitter on
-/// the 2-core test bed is 2-4 % of a 10-60 ms spacing) plus [`REPLAY_SLACK_NS`]; its spread is
+/// the 2-core test bed is 2-4 % of a 10-60 ms spacing) plus [`REPLAY_SLACK_NS`], and at most one
+/// spacing in [`REPLAY_UNLIKE_OF`] (of begins, and of ends) unlike (a host stall, a wake-up
+/// late: the ops after it shifted, not the iteration changed); its spread is
 /// then taken as wide as [`NEAR_SHARE`]. So a steady job is granted in its second iteration, not
 /// only its third. A job whose first iteration differs from the second (allocator and
 /// autotuning warm-up, lazy communicator setup), or whose kernels and messages vary by more
@@ -130,6 +132,8 @@ const FULL_CONFIDENCE: usize = 3;
 /// bubble comes only now and then (it is no longer young).
 const REPLAYED_SEEN: usize = 2;
 const REPLAY_OPS: u32 = 2;
+/// At most one spacing in this many may be unlike the iteration before's.
+const REPLAY_UNLIKE_OF: u32 = 4;
 const REPLAY_SHARE: f64 = 0.05;
 const REPLAY_SLACK_NS: Ns = 100_000;
 /// Begins closer than this (a group's ops) say nothing about replaying.
@@ -580,10 +584,13 @@ impl Pattern {
 
     /// Whether the ops up to op `i` replay the ops one lag before them (the lag of `i`'s
     /// predecessor): the last [`REPLAY_WINDOW`] ops have the keys of the ops that lag before them,
-    /// and of those that began, at least [`REPLAY_OPS`] consecutive ones are spaced as theirs were,
-    /// to within [`REPLAY_SHARE`] of the spacing plus [`REPLAY_SLACK_NS`], with none that is not
-    /// (ops that begin together, a group's, say nothing); the same of their ends, where they
-    /// ended (a begin can be the host's pace, a receive posted early; an end is the data's).
+    /// and of those that began, at least [`REPLAY_OPS`] are spaced as theirs were, to within
+    /// [`REPLAY_SHARE`] of the spacing plus [`REPLAY_SLACK_NS`], with at most one spacing in
+    /// [`REPLAY_UNLIKE_OF`] that is not (ops that begin together, a group's, say nothing); the
+    /// same of their ends, where they ended (a begin can be the host's pace, a receive posted
+    /// early; an end is the data's). Until 2026-12-06 one unlike spacing was enough to say no: on
+    /// the 2-core test bed DeepSpeed's blocking job rarely replayed at all (a wake-up 0.1-0.3 ms
+    /// late between two ops 0.1-1.5 ms apart).
     fn replaying(&self, i: OpIndex) -> bool {
         let Some(lag) = self.entry(i).and_then(|e| e.pred).map(|p| i - p) else {
             return false;
@@ -592,12 +599,19 @@ impl Pattern {
         let mut begun = [(0i64, 0i64); REPLAY_WINDOW as usize + 1];
         let mut ended = begun;
         let (mut nb, mut ne) = (0, 0);
+        // The first iteration seen (ops 0..lag) is the job's warm-up: once `i`'s value was learnt
+        // after it, ops compared with it say nothing about whether the job replays that value's
+        // iteration (early in the third iteration the window reaches back to the second's end,
+        // one lag after the first's).
+        let floor = if i - lag >= lag { lag } else { 0 };
         for j in (i.saturating_sub(REPLAY_WINDOW)..=i).rev() {
             let (Some(e), Some(o)) = (
                 self.entry(j),
-                j.checked_sub(lag).and_then(|o| self.entry(o)),
+                j.checked_sub(lag)
+                    .filter(|&o| o >= floor)
+                    .and_then(|o| self.entry(o)),
             ) else {
-                // The history begins here.
+                // The history (or what it says about replaying) begins here.
                 break;
             };
             if e.key != o.key {
@@ -612,8 +626,9 @@ impl Pattern {
                 ne += 1;
             }
         }
-        let agreed = |v: &[(i64, i64)]| -> Option<u32> {
-            let mut n = 0;
+        // (spacings alike, spacings unlike); ops that begin together, a group's, say nothing.
+        let agreed = |v: &[(i64, i64)]| -> (u32, u32) {
+            let (mut n, mut off) = (0, 0);
             for w in v.windows(2) {
                 let (now, before) = (w[0].0 - w[1].0, w[0].1 - w[1].1);
                 if now.unsigned_abs() < REPLAY_TOGETHER_NS
@@ -623,13 +638,18 @@ impl Pattern {
                 }
                 let tol = REPLAY_SHARE * before.unsigned_abs() as f64 + REPLAY_SLACK_NS as f64;
                 if (now - before).unsigned_abs() as f64 > tol {
-                    return None;
+                    off += 1;
+                } else {
+                    n += 1;
                 }
-                n += 1;
             }
-            Some(n)
+            (n, off)
         };
-        agreed(&begun[..nb]).is_some_and(|n| n >= REPLAY_OPS) && agreed(&ended[..ne]).is_some()
+        let (b, b_off) = agreed(&begun[..nb]);
+        let (e, e_off) = agreed(&ended[..ne]);
+        b >= REPLAY_OPS
+            && REPLAY_UNLIKE_OF * b_off <= b + b_off
+            && REPLAY_UNLIKE_OF * e_off <= e + e_off
     }
 
     /// How many times op `i`'s position came before it (its chain of predecessors, counted up

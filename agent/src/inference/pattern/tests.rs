@@ -422,6 +422,71 @@ fn ops_that_begin_as_before_but_end_otherwise_are_no_replay() {
     assert!(replayed(0, 1.0, None).confidence >= 0.5);
 }
 
+/// Iterations of eight distinct ops, each transferring 2 ms and begun 10 ms after the one before
+/// (in iteration `warm_up`, if any, twice both: a job's warm-up). The bubble at op `at` lasts 8 ms
+/// (16 in the warm-up). In the last iteration, `iterations`, the ops up to `at` begin and end, those
+/// after op `shift_from` (if any) 3 ms later than the iteration before: the prediction at `at`.
+fn replay_after(
+    iterations: usize,
+    warm_up: Option<usize>,
+    at: usize,
+    shift_from: Option<usize>,
+) -> Prediction {
+    let it: Vec<CommSig> = (0..8).map(recv).collect();
+    let mut p = Pattern::new();
+    let mut t = 0;
+    let mut at_ns = 0;
+    for k in 0..=iterations {
+        let stretch = if warm_up == Some(k) { 2 } else { 1 };
+        for (j, s) in it.iter().enumerate() {
+            if k == iterations && j > at {
+                break;
+            }
+            let i = p.on_issue(*s, t);
+            t += 1_000_000;
+            let late = if k == iterations && shift_from.is_some_and(|f| j > f) {
+                3_000_000
+            } else {
+                0
+            };
+            p.began(i, at_ns + late);
+            p.ended(i, at_ns + late + 2_000_000 * stretch);
+            at_ns += 10_000_000 * stretch;
+            if k == iterations {
+                if j == at {
+                    return p.predict(i, 0).expect("learnt");
+                }
+            } else if j == at {
+                p.record(i, 0, 8_000_000 * stretch);
+            }
+        }
+    }
+    unreachable!()
+}
+
+#[test]
+fn after_a_warm_up_the_third_iteration_replays_the_second_from_its_first_ops() {
+    // Early in the third iteration the ops just before (the second's last ones) compare with the
+    // warm-up's: they say nothing about whether the third replays the second. The warm-up's value
+    // is set aside; the second's counts as two.
+    let pr = replay_after(2, Some(0), 2, None);
+    assert_eq!(pr.expected_ns, 8_000_000);
+    assert!(pr.confidence >= 0.5, "{pr:?}");
+    // Right after the warm-up, nothing replays it: its value is not trusted.
+    let pr = replay_after(1, Some(0), 2, None);
+    assert!(pr.confidence < 0.5, "{pr:?}");
+}
+
+#[test]
+fn one_stall_among_the_ops_is_still_a_replay_but_a_changed_pace_is_not() {
+    // The host stalled once (every op after the fourth 3 ms late): one spacing of seven differs.
+    let pr = replay_after(1, None, 7, Some(3));
+    assert!(pr.confidence >= 0.5, "{pr:?}");
+    // Two of three spacings differ: not the iteration before.
+    let pr = replay_after(1, None, 3, Some(1));
+    assert!(pr.confidence < 0.5, "{pr:?}");
+}
+
 #[test]
 fn what_the_first_iteration_learnt_inside_itself_does_not_reach_the_third() {
     // GPipe with blocking receives (forwards then backwards): in the first iteration the receives
