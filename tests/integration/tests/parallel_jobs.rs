@@ -330,6 +330,30 @@ fn a_noisy_job_runs_and_repeats_from_its_seed() {
     assert!(idle > 48.0, "{v}");
 }
 
+/// The flags of the zoo's job file `p` (scripts/jobs/), a schedule CSV's path made absolute.
+fn zoo_job_flags(repo: &std::path::Path, p: &std::path::Path) -> Vec<String> {
+    let text = std::fs::read_to_string(p).unwrap();
+    let mut out = vec![];
+    let mut csv_next = false;
+    for w in text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .flat_map(str::split_whitespace)
+    {
+        out.push(if csv_next {
+            repo.join(w).display().to_string()
+        } else {
+            w.to_string()
+        });
+        csv_next = w == "--schedule-csv";
+    }
+    out
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
 /// Every job of the zoo (scripts/jobs/) is a valid job: its flags parse and every rank's program
 /// passes the model (no deadlock).
 #[test]
@@ -340,25 +364,12 @@ fn every_zoo_job_is_valid() {
         #[command(flatten)]
         job: pipesim::cli::JobArgs,
     }
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let repo = repo();
     let mut n = 0;
     for e in std::fs::read_dir(repo.join("scripts/jobs")).unwrap() {
         let p = e.unwrap().path();
-        let text = std::fs::read_to_string(&p).unwrap();
         let mut argv: Vec<String> = vec!["pipesim".into()];
-        let words = text
-            .lines()
-            .filter(|l| !l.trim_start().starts_with('#'))
-            .flat_map(str::split_whitespace);
-        let mut csv_next = false;
-        for w in words {
-            argv.push(if csv_next {
-                repo.join(w).display().to_string()
-            } else {
-                w.to_string()
-            });
-            csv_next = w == "--schedule-csv";
-        }
+        argv.extend(zoo_job_flags(&repo, &p));
         let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
         cli.job
             .to_config()
@@ -366,4 +377,29 @@ fn every_zoo_job_is_valid() {
         n += 1;
     }
     assert!(n >= 8, "{n} jobs");
+}
+
+/// A zoo job's flag given again after the job's flags overrides it (what
+/// `FREERIDE_BENCH_FLAGS` and `FREERIDE_BENCH_ITERATIONS` of the benchmarks rely on): pipesim
+/// used to refuse a flag given twice.
+#[test]
+fn a_zoo_jobs_flag_given_again_overrides_it() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let repo = repo();
+    let flags = zoo_job_flags(&repo, &repo.join("scripts/jobs/torch-1f1b-p4"));
+    assert!(flags.iter().any(|f| f == "--warmup"), "{flags:?}");
+    let out = Command::new(freeride_tests::built("pipesim"))
+        .args(&flags)
+        .args(["--warmup", "0", "--iterations", "2", "--microbatches", "4"])
+        .args(["--f", "1", "--b", "1", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["iterations"], 2, "{v}");
+    assert_eq!(v["microbatches"], 4, "{v}");
 }

@@ -18,14 +18,15 @@ struct Cli {
 }
 
 /// Every subcommand takes `-1` as a value (`--stages -1` is refused as "must be at least 1", not
-/// as an unknown flag `-1`).
+/// as an unknown flag `-1`), and a flag given again overrides the first (a zoo job's flags, then
+/// the ones a run changes: `freeride sim $(grep -v '^#' scripts/jobs/NAME) --warmup 0`).
 #[derive(Subcommand)]
 enum Command {
     /// The simulated 4-stage 1F1B pipeline under freeride: what the agent finds, with pictures.
-    #[command(allow_negative_numbers = true)]
+    #[command(allow_negative_numbers = true, args_override_self = true)]
     Demo(demo_cmd::DemoArgs),
     /// Run the simulated pipeline (pipesim) under freeride with the agent and score its bubbles.
-    #[command(allow_negative_numbers = true)]
+    #[command(allow_negative_numbers = true, args_override_self = true)]
     Sim(Box<sim_cmd::SimArgs>),
 }
 

@@ -16,7 +16,12 @@ use std::time::{Duration, Instant};
 
 /// Runs a simulated pipeline-parallel training job and reports its idle time (ground truth).
 #[derive(Parser, Debug)]
-#[command(name = "pipesim", version, allow_negative_numbers = true)]
+#[command(
+    name = "pipesim",
+    version,
+    allow_negative_numbers = true,
+    args_override_self = true
+)]
 struct Cli {
     #[command(flatten)]
     job: JobArgs,
