@@ -125,8 +125,10 @@ const FULL_CONFIDENCE: usize = 3;
 /// the 2-core test bed is 2-4 % of a 10-60 ms spacing) plus [`REPLAY_SLACK_NS`], and at most one
 /// spacing in [`REPLAY_UNLIKE_OF`] (of begins, and of ends) unlike (a host stall, a wake-up
 /// late: the ops after it shifted, not the iteration changed); its spread is
-/// then taken as wide as [`NEAR_SHARE`]. So a steady job is granted in its second iteration, not
-/// only its third. A job whose first iteration differs from the second (allocator and
+/// then [`REPLAYED_SPREADS`] times the largest difference of those alike spacings from the
+/// iteration before's (a bubble is the gap between two such times, its drain and its data), no
+/// narrower than [`REPLAY_SHARE`] of the value and no wider than [`NEAR_SHARE`]. So a steady job is
+/// granted in its second iteration, not only its third. A job whose first iteration differs from the second (allocator and
 /// autotuning warm-up, lazy communicator setup), or whose kernels and messages vary by more
 /// than that, does not replay, and waits for a second value as before; so does a position whose
 /// bubble comes only now and then (it is no longer young).
@@ -136,6 +138,8 @@ const REPLAY_OPS: u32 = 2;
 const REPLAY_UNLIKE_OF: u32 = 4;
 const REPLAY_SHARE: f64 = 0.05;
 const REPLAY_SLACK_NS: Ns = 100_000;
+/// A replayed value's spread, in the largest difference of the replayed spacings.
+const REPLAYED_SPREADS: f64 = 2.0;
 /// Begins closer than this (a group's ops) say nothing about replaying.
 const REPLAY_TOGETHER_NS: u64 = 50_000;
 /// A position is young (its single value may count as two, see [`REPLAYED_SEEN`]) while it came
@@ -590,11 +594,10 @@ impl Pattern {
     /// same of their ends, where they ended (a begin can be the host's pace, a receive posted
     /// early; an end is the data's). Until 2026-12-06 one unlike spacing was enough to say no: on
     /// the 2-core test bed DeepSpeed's blocking job rarely replayed at all (a wake-up 0.1-0.3 ms
-    /// late between two ops 0.1-1.5 ms apart).
-    fn replaying(&self, i: OpIndex) -> bool {
-        let Some(lag) = self.entry(i).and_then(|e| e.pred).map(|p| i - p) else {
-            return false;
-        };
+    /// late between two ops 0.1-1.5 ms apart). `Some(the largest difference of an alike
+    /// spacing)` where they replay.
+    fn replaying(&self, i: OpIndex) -> Option<Ns> {
+        let lag = self.entry(i).and_then(|e| e.pred).map(|p| i - p)?;
         // (time, time one lag back) of the ops that began, and of those that ended, newest first.
         let mut begun = [(0i64, 0i64); REPLAY_WINDOW as usize + 1];
         let mut ended = begun;
@@ -615,7 +618,7 @@ impl Pattern {
                 break;
             };
             if e.key != o.key {
-                return false;
+                return None;
             }
             if e.began != 0 && o.began != 0 {
                 begun[nb] = (e.began as i64, o.began as i64);
@@ -626,9 +629,10 @@ impl Pattern {
                 ne += 1;
             }
         }
-        // (spacings alike, spacings unlike); ops that begin together, a group's, say nothing.
-        let agreed = |v: &[(i64, i64)]| -> (u32, u32) {
-            let (mut n, mut off) = (0, 0);
+        // (spacings alike, spacings unlike, the largest difference of an alike one); ops that
+        // begin together, a group's, say nothing.
+        let agreed = |v: &[(i64, i64)]| -> (u32, u32, Ns) {
+            let (mut n, mut off, mut dev) = (0, 0, 0);
             for w in v.windows(2) {
                 let (now, before) = (w[0].0 - w[1].0, w[0].1 - w[1].1);
                 if now.unsigned_abs() < REPLAY_TOGETHER_NS
@@ -637,19 +641,22 @@ impl Pattern {
                     continue;
                 }
                 let tol = REPLAY_SHARE * before.unsigned_abs() as f64 + REPLAY_SLACK_NS as f64;
-                if (now - before).unsigned_abs() as f64 > tol {
+                let diff = (now - before).unsigned_abs();
+                if diff as f64 > tol {
                     off += 1;
                 } else {
                     n += 1;
+                    dev = dev.max(diff);
                 }
             }
-            (n, off)
+            (n, off, dev)
         };
-        let (b, b_off) = agreed(&begun[..nb]);
-        let (e, e_off) = agreed(&ended[..ne]);
-        b >= REPLAY_OPS
+        let (b, b_off, b_dev) = agreed(&begun[..nb]);
+        let (e, e_off, e_dev) = agreed(&ended[..ne]);
+        (b >= REPLAY_OPS
             && REPLAY_UNLIKE_OF * b_off <= b + b_off
-            && REPLAY_UNLIKE_OF * e_off <= e + e_off
+            && REPLAY_UNLIKE_OF * e_off <= e + e_off)
+            .then_some(b_dev.max(e_dev))
     }
 
     /// How many times op `i`'s position came before it (its chain of predecessors, counted up
@@ -697,13 +704,18 @@ impl Pattern {
         let mut seen = v.len().min(FULL_CONFIDENCE) as f64 / FULL_CONFIDENCE as f64;
         // A young position (its second or third time: in the second iteration, or the third
         // where the first had no bubble there, as before the job's first op), and the ops so far
-        // replay the ones its one value was learnt among: as good as two values, but with the
-        // spread of the widest band of values that are still the same bubble (the grant keeps
-        // two spreads in hand: it ends at 59 % of the value).
+        // replay the ones its one value was learnt among: as good as two values, with a spread
+        // from how closely they replay (see [`REPLAYED_SEEN`]; the grant keeps two spreads in
+        // hand: it ends at 59-89 % of the value). Until 2026-12-06 the spread was always the
+        // widest band of the same bubble (20 %: grants ended at 59 %).
         let young = self.earlier_occurrences(i) <= YOUNG_OCCURRENCES;
-        if vals.n == 1 && part < WAIT && young && self.replaying(i) {
+        let replayed = (vals.n == 1 && part < WAIT && young)
+            .then(|| self.replaying(i))
+            .flatten();
+        if let Some(dev) = replayed {
             seen = seen.max(REPLAYED_SEEN as f64 / FULL_CONFIDENCE as f64);
-            spread = spread.max((expected as f64 * NEAR_SHARE) as Ns);
+            let (lo, hi) = (expected as f64 * REPLAY_SHARE, expected as f64 * NEAR_SHARE);
+            spread = spread.max((REPLAYED_SPREADS * dev as f64).clamp(lo, hi) as Ns);
         }
         let steadiness = if expected > 0 {
             1.0 - (spread as f64 / expected as f64).min(1.0)
