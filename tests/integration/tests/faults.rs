@@ -346,7 +346,10 @@ fn wait_stopped(pid: i32) {
     };
     let t0 = Instant::now();
     while !stopped() {
-        assert!(t0.elapsed() < Duration::from_secs(5), "pid {pid} never stopped");
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "pid {pid} never stopped"
+        );
         std::thread::sleep(Duration::from_micros(100));
     }
 }
