@@ -127,11 +127,11 @@ const FULL_CONFIDENCE: usize = 3;
 /// late: the ops after it shifted, not the iteration changed); its spread is
 /// then [`REPLAYED_SPREADS`] times the largest difference of those alike spacings from the
 /// iteration before's (a bubble is the gap between two such times, its drain and its data), no
-/// narrower than [`REPLAY_SHARE`] of the value and no wider than [`NEAR_SHARE`]. So a steady job is
-/// granted in its second iteration, not only its third. A job whose first iteration differs from the second (allocator and
-/// autotuning warm-up, lazy communicator setup), or whose kernels and messages vary by more
-/// than that, does not replay, and waits for a second value as before; so does a position whose
-/// bubble comes only now and then (it is no longer young).
+/// narrower than [`REPLAY_SHARE`] of the value and no wider than [`NEAR_SHARE`]. So a steady job
+/// is granted in its second iteration, not only its third. A job whose first iteration differs
+/// from the second (allocator and autotuning warm-up, lazy communicator setup), or whose kernels
+/// and messages vary by more than that, does not replay, and waits for a second value as before;
+/// so does a position whose bubble comes only now and then (it is no longer young).
 const REPLAYED_SEEN: usize = 2;
 const REPLAY_OPS: u32 = 2;
 /// At most one spacing in this many may be unlike the iteration before's.
@@ -197,9 +197,9 @@ impl Values {
 
     /// The values to learn from: the first one set aside while one or two later ones came and it
     /// is unlike each of them (once three came, [`Values::regime`]'s groups outvote it); it still
-    /// bounds the shortest end ([`Pattern::predict`]). A job's first iteration runs its warm-up (the allocator growing, autotuning,
-    /// communicators connecting on first use, compilation), and the pipeline's bubbles in it can
-    /// differ from the rest: on torchtitan's ZBV job the iteration-start bubbles of the last
+    /// bounds the shortest end ([`Pattern::predict`]). A job's first iteration runs its warm-up
+    /// (the allocator growing, autotuning, communicators connecting on first use, compilation),
+    /// and the pipeline's bubbles in it can differ from the rest: on torchtitan's ZBV job the iteration-start bubbles of the last
     /// stages were 19.5 ms in the first iteration and 26.9-29.2 ms after, and the first value,
     /// shorter, kept the positions' confidence below the grants' bar for two more iterations.
     fn learnt(&self) -> Values {
