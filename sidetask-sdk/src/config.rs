@@ -50,7 +50,9 @@ pub struct TaskConfig {
     pub relax_after_grants: u32,
     /// A cap on the device memory this task may hold, on top of the grant's `mem_budget_bytes`.
     pub mem_cap_bytes: Option<u64>,
-    /// Polling a closed grant: sleeps grow from `poll_min_us` to `poll_max_us`.
+    /// Polling a grant that is open but whose heartbeat is stale (the agent's next heartbeat
+    /// reopens it and wakes nobody), or a block mid-update: sleeps grow from `poll_min_us` to
+    /// `poll_max_us`. A closed grant is not polled: the agent's next publish wakes the task.
     pub poll_min_us: u64,
     pub poll_max_us: u64,
     /// Polling for an agent that is not there (no grant file).

@@ -104,6 +104,15 @@ impl GrantWatch {
         }
     }
 
+    /// Sleeps until the agent publishes a grant after the one read at `epoch` (at once if it
+    /// already has) or `timeout_ns` passes; plain sleep when there is no block.
+    pub fn wait_for_publish_after(&self, epoch: u64, timeout_ns: u64) {
+        match &self.map {
+            Some(m) => m.block().wait_for_change(epoch, timeout_ns),
+            None => std::thread::sleep(std::time::Duration::from_nanos(timeout_ns)),
+        }
+    }
+
     pub fn read(&mut self) -> GrantRead {
         let now = now_ns();
         if self.map.is_none() || now >= self.next_check_ns {

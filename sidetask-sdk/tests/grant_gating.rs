@@ -610,3 +610,56 @@ fn the_c_abi_offers_part_of_a_step_where_a_whole_one_no_longer_fits() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A task waiting on a closed grant sleeps until the agent's next publish, which wakes it at
+/// once: it does not poll on a timer (every 50-200 µs before: 16 waiting side tasks woke 80 000
+/// times a second on the 2-core test bed and took the trainers' CPU).
+#[test]
+fn a_task_waiting_on_a_closed_grant_sleeps_until_the_next_publish() {
+    let _hang = hang_guard(
+        "a_task_waiting_on_a_closed_grant_sleeps_until_the_next_publish",
+        Duration::from_secs(60),
+    );
+    let dir = temp_dir("publish");
+    let writer = GrantWriter::create(&dir, freeride_abi::GpuId::unnamed(0)).unwrap();
+    writer.close(0);
+    let mut cfg = config(&dir, NoAgent::Wait);
+    cfg.probe_min_grant_ns = MS;
+    let mut task = SleepTask::new(Duration::from_millis(1), 1);
+    let tid = std::sync::Arc::new(AtomicU64::new(0));
+    let runner = {
+        let tid = tid.clone();
+        std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tid.store(unsafe { libc::gettid() } as u64, Ordering::SeqCst);
+            Runtime::new(cfg).unwrap().run(&mut task).unwrap()
+        })
+    };
+    while tid.load(Ordering::SeqCst) == 0 {
+        sleep_ns(MS);
+    }
+    let switches = || {
+        let path = format!("/proc/self/task/{}/status", tid.load(Ordering::SeqCst));
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .expect("voluntary_ctxt_switches in the thread's status")
+    };
+    // The task reaches its wait, then 300 ms of a closed grant.
+    sleep_ns(50 * MS);
+    let before = switches();
+    sleep_ns(300 * MS);
+    let woke = switches() - before;
+    // 60 five-millisecond waits; a loaded machine only makes them fewer. Polling: 1 500.
+    assert!(
+        woke < 150,
+        "the waiting task woke {woke} times in 300 ms of a closed grant"
+    );
+    // The agent's publish opens it: the task steps.
+    writer.open_for(200 * MS, 200 * MS, 0);
+    let summary = runner.join().unwrap();
+    assert_eq!(summary.steps, 1);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
