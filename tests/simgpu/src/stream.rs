@@ -13,11 +13,16 @@
 //! * Each stream has `ready_ns`: the GPU time at which its previous op finished. A kernel is
 //!   eligible at max(`ready_ns`, its enqueue time `queued_ns`); the model runs it from then on as
 //!   the device allows, and the executor sleeps until the model says it has ended.
-//! * So that the model does not run ahead of a stream whose thread is late, the stream *holds*
-//!   the model's clock while it has an op to submit: at its kernel's end when more is queued
-//!   (`hold_after`), at the enqueue time when the host enqueues onto an idle stream, at a
-//!   record's time when that record releases a stream that waited for it. Submitting (or going
-//!   idle, or blocking on a record) lets go. A hold is honoured for a bounded real time only.
+//! * Kernels queued behind a kernel (up to [`CHAIN`] of them, none with a body) go into the model
+//!   at once, by whichever thread sees them first (the host's at its launch, or the executor),
+//!   chained to the one before ([`Device::submit_after`]): a GPU runs queued work back to back
+//!   whatever its host threads do, and so does the model, however late this stream's thread is.
+//! * So that the model does not run ahead of a stream whose thread is late with anything else,
+//!   the stream *holds* the model's clock while it has an op to submit: at its last entry's end
+//!   when more is queued (`hold_after`), at the enqueue time when the host enqueues onto an idle
+//!   stream, at a record's time when that record releases a stream that waited for it.
+//!   Submitting (or going idle, or blocking on a record) lets go. A hold is honoured for a
+//!   bounded real time only.
 //! * An event record completes with timestamp max(`ready_ns`, the record's enqueue time), or
 //!   under time-slicing the first instant after that at which its process is resident (a real
 //!   GPU executes a record only while its context is scheduled); a cross-stream wait
@@ -81,13 +86,18 @@ pub enum Op {
     HostFn(Box<dyn FnOnce() + Send>),
 }
 
+/// Kernels chained into the model ahead of the executor, per stream, at most.
+pub const CHAIN: usize = 4;
+
 /// What the executor is doing (decides who holds the model's clock for the stream).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Exec {
     /// Waiting for ops: nothing queued.
     Idle,
-    /// Running a kernel (or a record) in the model; whether it holds the clock at its end.
-    Kernel(EntryId, bool),
+    /// Running a kernel (or a record) in the model: the stream's newest entry in the model (the
+    /// last chained, if any), whether it holds the clock at its end, and whether it is a kernel
+    /// (kernels may be chained behind it).
+    Kernel(EntryId, bool, bool),
     /// Waiting for a record: whoever completes it holds the clock for this stream.
     Blocked,
     /// Between ops.
@@ -96,6 +106,11 @@ enum Exec {
 
 struct State {
     queue: VecDeque<Op>,
+    /// The model's entries of the first ops of `queue` (kernels chained ahead of the executor).
+    chained: VecDeque<EntryId>,
+    /// The stream's logical GPU time once its executor has run every op it took: when its last op
+    /// finished (see the module docs).
+    ready_ns: u64,
     enqueued: u64,
     completed: u64,
     closing: bool,
@@ -140,6 +155,8 @@ impl Stream {
             depth: crate::config::queue_depth(),
             state: Mutex::new(State {
                 queue: VecDeque::new(),
+                chained: VecDeque::new(),
+                ready_ns: 0,
                 enqueued: 0,
                 completed: 0,
                 closing: false,
@@ -176,20 +193,21 @@ impl Stream {
         let was_empty = st.queue.is_empty();
         st.enqueued += ops.len() as u64;
         st.queue.extend(ops);
-        if was_empty {
-            // Hold the model's clock until the executor has submitted what comes next.
-            match st.exec {
-                Exec::Idle => {
-                    st.exec = Exec::Busy;
-                    inner.device.set_hold(inner.key, now_ns());
-                }
-                Exec::Kernel(id, false) => {
-                    st.exec = Exec::Kernel(id, true);
-                    inner.device.hold_after(id, inner.key);
-                }
-                Exec::Busy => inner.device.set_hold(inner.key, now_ns()),
-                Exec::Kernel(_, true) | Exec::Blocked => {}
+        // Chain what can be chained; hold the model's clock until the executor has submitted
+        // the rest.
+        let hold_now = match st.exec {
+            Exec::Kernel(..) => {
+                extend_chain(inner, &mut st);
+                false
             }
+            Exec::Idle if was_empty => !submit_first(inner, &mut st),
+            // Only an idle executor's stream time is final: a busy one's op may still end later.
+            Exec::Busy => was_empty,
+            _ => false,
+        };
+        if hold_now {
+            st.exec = Exec::Busy;
+            inner.device.set_hold(inner.key, now_ns());
         }
         inner.cv.notify_all();
         st.enqueued
@@ -234,12 +252,18 @@ fn executor(inner: Arc<Inner>) {
         // A kernel followed by another kernel already queued need not end on time in real time:
         // the next one starts at its logical end anyway (see the module docs), and nothing on
         // the host waits for it.
-        let (op, next_is_kernel) = {
+        let (op, chained, next_is_kernel) = {
             let mut st = inner.state();
             loop {
                 if let Some(op) = st.queue.pop_front() {
-                    st.exec = Exec::Busy;
-                    break (op, matches!(st.queue.front(), Some(Op::Kernel(_))));
+                    // A chained kernel is in the model already (and the stream's newest entry
+                    // with it: the executor state stays).
+                    let chained = st.chained.pop_front();
+                    if chained.is_none() {
+                        st.exec = Exec::Busy;
+                    }
+                    let next_is_kernel = matches!(st.queue.front(), Some(Op::Kernel(_)));
+                    break (op, chained, next_is_kernel);
                 }
                 if st.exec != Exec::Idle {
                     st.exec = Exec::Idle;
@@ -251,22 +275,34 @@ fn executor(inner: Arc<Inner>) {
                 st = inner.cv.wait(st).unwrap_or_else(|e| e.into_inner());
             }
         };
-        ready_ns = execute(&inner, op, ready_ns, next_is_kernel);
-        inner.state().completed += 1;
+        ready_ns = execute(&inner, op, chained, ready_ns, next_is_kernel);
+        let mut st = inner.state();
+        st.completed += 1;
+        st.ready_ns = ready_ns;
+        drop(st);
         inner.cv.notify_all();
     }
 }
 
-/// Executes `op` on a stream whose logical time is `ready_ns`; returns the stream's logical time
-/// after it (never earlier than `ready_ns`). `next_is_kernel`: see [`run_kernel`].
-fn execute(inner: &Inner, op: Op, ready_ns: u64, next_is_kernel: bool) -> u64 {
+/// Executes `op` on a stream whose logical time is `ready_ns` (`chained`: its entry, when it was
+/// chained into the model ahead of the executor); returns the stream's logical time after it
+/// (never earlier than `ready_ns`). `next_is_kernel`: see [`run_kernel`].
+fn execute(
+    inner: &Inner,
+    op: Op,
+    chained: Option<EntryId>,
+    ready_ns: u64,
+    next_is_kernel: bool,
+) -> u64 {
     match op {
-        Op::Kernel(k) => run_kernel(inner, k, ready_ns, !next_is_kernel).end_ns,
+        Op::Kernel(k) => run_kernel(inner, k, chained, ready_ns, !next_is_kernel).end_ns,
         Op::Record(r) => {
             let due = ready_ns.max(r.queued_ns());
             // The record holds the clock at its time whatever follows it: streams waiting for it
             // are held there once it completes (see crate::event).
-            let id = submit_as_current(inner, |_| inner.device.submit_record(inner.key, due, true));
+            let id = submit_as_current(inner, false, |_| {
+                inner.device.submit_record(inner.key, due, true)
+            });
             let ts = id.map_or(due, |id| inner.device.wait_done(id, true).end_ns);
             inner.state().exec = Exec::Busy;
             r.complete(ts);
@@ -293,18 +329,89 @@ fn execute(inner: &Inner, op: Op, ready_ns: u64, next_is_kernel: bool) -> u64 {
 
 /// Submits an entry with `submit(more)` (`more`: the stream has more queued) as the executor's
 /// current one, under the stream's lock, so that a host enqueue meanwhile sees it (see
-/// [`Stream::enqueue`]).
+/// [`Stream::enqueue`]); behind a kernel (`kernel`), chains what may be chained.
 fn submit_as_current(
     inner: &Inner,
+    kernel: bool,
     submit: impl FnOnce(bool) -> Option<EntryId>,
 ) -> Option<EntryId> {
     let mut st = inner.state();
     let more = !st.queue.is_empty();
     let id = submit(more);
     if let Some(id) = id {
-        st.exec = Exec::Kernel(id, more);
+        st.exec = Exec::Kernel(id, more, kernel);
+        extend_chain(inner, &mut st);
     }
     id
+}
+
+/// On an idle stream, puts its first queued op in the model at once when it is a kernel without a
+/// body (the executor finds it there when it wakes), and chains what follows it; whether it did.
+/// A GPU starts work launched onto an idle stream without waiting for a host thread to wake.
+fn submit_first(inner: &Inner, st: &mut State) -> bool {
+    let Some(Op::Kernel(k)) = st.queue.front() else {
+        return false;
+    };
+    if k.work.is_some() || !st.chained.is_empty() {
+        return false;
+    }
+    let run = KernelRun {
+        stream_key: inner.key,
+        comm: k.comm,
+        with_body: false,
+        duration_ns: k.duration_ns,
+        fill: k.fill,
+        ready_ns: st.ready_ns.max(k.queued_ns),
+        hold_after: false,
+    };
+    let Some(id) = inner.device.submit_now(&run, None) else {
+        return false;
+    };
+    st.chained.push_back(id);
+    st.exec = Exec::Kernel(id, false, true);
+    extend_chain(inner, st);
+    true
+}
+
+/// Chains the kernels queued right behind the stream's newest entry in the model, when that is
+/// a kernel (up to [`CHAIN`] ahead of the executor, none with a body: a communication kernel's
+/// body runs on the executor), and makes the newest entry hold the clock at its end while more
+/// is queued that is not in the model.
+fn extend_chain(inner: &Inner, st: &mut State) {
+    let Exec::Kernel(newest, mut hold, kernel) = st.exec else {
+        return;
+    };
+    let mut last = newest;
+    while kernel && st.chained.len() < CHAIN {
+        let Some(Op::Kernel(k)) = st.queue.get(st.chained.len()) else {
+            break;
+        };
+        if k.work.is_some() {
+            break;
+        }
+        let run = KernelRun {
+            stream_key: inner.key,
+            comm: k.comm,
+            with_body: false,
+            duration_ns: k.duration_ns,
+            fill: k.fill,
+            ready_ns: k.queued_ns,
+            hold_after: false,
+        };
+        let Some(id) = inner.device.submit_now(&run, Some(last)) else {
+            // The model's table is full: the executor submits the rest when it gets there.
+            break;
+        };
+        st.chained.push_back(id);
+        last = id;
+        hold = false;
+    }
+    let more = st.queue.len() > st.chained.len();
+    if more && !hold {
+        inner.device.hold_after(last, inner.key);
+        hold = true;
+    }
+    st.exec = Exec::Kernel(last, hold, kernel);
 }
 
 /// Runs one kernel (blocking the executor thread) on a stream whose logical time is `ready_ns`,
@@ -312,20 +419,33 @@ fn submit_as_current(
 /// [`crate::device::SPIN_FINISH_NS`]), as when the host may be waiting for it; otherwise sleep
 /// only (the executor may wake late: the next kernel of the stream still starts at this one's
 /// logical end), which spares the CPU the test bed shares with everything else.
-fn run_kernel(inner: &Inner, k: KernelOp, ready_ns: u64, on_time: bool) -> Timing {
+fn run_kernel(
+    inner: &Inner,
+    k: KernelOp,
+    chained: Option<EntryId>,
+    ready_ns: u64,
+    on_time: bool,
+) -> Timing {
     let device = &inner.device;
-    let id = submit_as_current(inner, |more| {
-        Some(device.submit(&KernelRun {
-            stream_key: inner.key,
-            comm: k.comm,
-            with_body: k.work.is_some(),
-            duration_ns: k.duration_ns,
-            fill: k.fill,
-            ready_ns: ready_ns.max(k.queued_ns),
-            hold_after: more,
-        }))
-    })
-    .expect("a kernel is always submitted");
+    let id = match chained {
+        Some(id) => {
+            // One more may be chained now that this one left the chain's count.
+            extend_chain(inner, &mut inner.state());
+            id
+        }
+        None => submit_as_current(inner, true, |more| {
+            Some(device.submit(&KernelRun {
+                stream_key: inner.key,
+                comm: k.comm,
+                with_body: k.work.is_some(),
+                duration_ns: k.duration_ns,
+                fill: k.fill,
+                ready_ns: ready_ns.max(k.queued_ns),
+                hold_after: more,
+            }))
+        })
+        .expect("a kernel is always submitted"),
+    };
     if let Some(Work(w)) = k.work {
         let mut ck = CommKernel {
             start_ns: device.wait_started(id),
@@ -337,7 +457,12 @@ fn run_kernel(inner: &Inner, k: KernelOp, ready_ns: u64, on_time: bool) -> Timin
         device.report_transfer(id, &ck);
     }
     let t = device.wait_done(id, on_time);
-    inner.state().exec = Exec::Busy;
+    let mut st = inner.state();
+    // The stream's newest entry is still in the model while kernels are chained behind this one.
+    if st.chained.is_empty() {
+        st.exec = Exec::Busy;
+    }
+    drop(st);
     trace::write(&TruthLine {
         device: device.id(),
         // SAFETY: getpid has no preconditions.
@@ -355,4 +480,100 @@ fn run_kernel(inner: &Inner, k: KernelOp, ready_ns: u64, on_time: bool) -> Timin
         mid: t.mid,
     });
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Mode;
+    use crate::event::Record;
+    use crate::sched::Knobs;
+
+    const MS: u64 = 1_000_000;
+
+    /// An MPS device whose holds expire at once: what a stream thread that is starved of the CPU
+    /// past its hold looks like to the model.
+    fn device_without_holds(dir: &std::path::Path) -> Arc<Device> {
+        let knobs = Knobs {
+            mode: Mode::Mps as u32,
+            comm_spin: 1,
+            slice_ns: 2 * MS,
+            switch_ns: 25_000,
+            interference: 0.0,
+            hold_ns: 0,
+        };
+        Arc::new(Device::open_at(&dir.join("gpu0"), 0, knobs, 1 << 30, 100).unwrap())
+    }
+
+    fn kernel(ns: u64, queued_ns: u64) -> Op {
+        Op::Kernel(KernelOp {
+            name: "k".into(),
+            comm: false,
+            duration_ns: ns,
+            fill: 100,
+            work: None,
+            api: "test",
+            graph: false,
+            stream_handle: 1,
+            queued_ns,
+        })
+    }
+
+    /// Holds the stream's thread up (as a thread starved of the CPU is) for `ns`, while another
+    /// thread moves the model on.
+    fn hold_up(stream: &Stream, ns: u64) {
+        let _held = stream.inner.state();
+        let t0 = now_ns();
+        while now_ns() - t0 < ns {
+            stream.inner.device.advance_now();
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+    }
+
+    #[test]
+    fn kernels_launched_onto_an_idle_stream_run_while_its_thread_is_held_up() {
+        let dir = std::env::temp_dir().join(format!("simgpu-idle-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let stream = Stream::new(device_without_holds(&dir)).unwrap();
+        let end = Arc::new(Record::new());
+        let t0 = now_ns();
+        let mut ops: Vec<Op> = (0..3).map(|_| kernel(MS, t0)).collect();
+        ops.push(Op::Record(end.clone()));
+        stream.enqueue(ops);
+        hold_up(&stream, 4 * MS);
+        stream.synchronize();
+        // The GPU began at the launch and ran the three back to back. Before, the first one went
+        // into the model only when the stream's thread woke (4 ms late here).
+        assert_eq!(end.timestamp().unwrap() - t0, 3 * MS);
+        stream.close();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn kernels_queued_together_run_back_to_back_while_the_stream_thread_is_held_up() {
+        let dir = std::env::temp_dir().join(format!("simgpu-chain-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let device = device_without_holds(&dir);
+        let stream = Stream::new(device.clone()).unwrap();
+        let (start, end) = (Arc::new(Record::new()), Arc::new(Record::new()));
+        let mut ops = vec![Op::Record(start.clone())];
+        ops.extend((0..4).map(|_| kernel(MS, start.queued_ns())));
+        ops.push(Op::Record(end.clone()));
+        stream.enqueue(ops);
+        // Once the stream's thread has put its first kernel in the model, it is held up for 3 ms
+        // (unless this thread came too late for that: then it ran freely).
+        while device.entries_of(stream.inner.key) == 0 && end.timestamp().is_none() {
+            std::thread::yield_now();
+        }
+        hold_up(&stream, 3 * MS);
+        stream.synchronize();
+        // The GPU ran the four kernels back to back. Before kernels were chained into the model,
+        // the second one went in only when the thread came back, 2 ms after the first ended.
+        assert_eq!(
+            end.timestamp().unwrap() - start.timestamp().unwrap(),
+            4 * MS
+        );
+        stream.close();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -94,7 +94,7 @@ impl Device {
 
     /// Opens (or creates, with `knobs` and `mem_total`) the shared state at `path` as device `id`
     /// and claims a process slot in it.
-    fn open_at(
+    pub(crate) fn open_at(
         path: &Path,
         id: i32,
         knobs: Knobs,
@@ -115,6 +115,22 @@ impl Device {
             allocs: Mutex::new(HashMap::new()),
             last_reap_ns: AtomicU64::new(now_ns()),
         })
+    }
+
+    /// Moves the model on to the real time now, as any thread that looks at it does (tests).
+    #[cfg(test)]
+    pub(crate) fn advance_now(&self) {
+        self.shm.model().advance(now_ns());
+    }
+
+    /// Entries of stream `key` in the model (tests).
+    #[cfg(test)]
+    pub(crate) fn entries_of(&self, key: u64) -> usize {
+        let m = self.shm.model();
+        m.entries
+            .iter()
+            .filter(|e| e.state != crate::sched::FREE && e.stream_key == key)
+            .count()
     }
 
     /// The device id.

@@ -9,7 +9,7 @@ use super::Device;
 use crate::abi::now_ns;
 use crate::config::Mode;
 use crate::futex;
-use crate::sched::{EntryId, Submit, Until, DONE, STARTED};
+use crate::sched::{EntryId, Sched, Submit, Until, DONE, STARTED};
 use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -57,11 +57,15 @@ pub struct Timing {
 impl Device {
     /// Puts a kernel in the device's model and clears its stream's hold.
     pub fn submit(&self, k: &KernelRun) -> EntryId {
+        self.submit_entry(&self.submission(k))
+    }
+
+    fn submission(&self, k: &KernelRun) -> Submit {
         let demand = match self.knobs.mode() {
             Mode::Mps => k.fill.min(self.process_share),
             Mode::Timeslice => k.fill,
         };
-        let s = Submit {
+        Submit {
             slot: self.slot as u32,
             stream_key: k.stream_key,
             comm: k.comm,
@@ -72,8 +76,37 @@ impl Device {
             demand,
             ready_ns: k.ready_ns,
             hold_after: k.hold_after,
+        }
+    }
+
+    /// Puts kernel `k` in the device's model without waiting, behind entry `after` of its stream
+    /// when given (see [`crate::sched::Sched::submit_after`]): None when the model's table is
+    /// full (the stream's thread submits it when it gets there, as any other).
+    pub fn submit_now(&self, k: &KernelRun, after: Option<EntryId>) -> Option<EntryId> {
+        let s = self.submission(k);
+        self.submit_clearing(s.stream_key, |m| match after {
+            Some(a) => m.submit_after(&s, a),
+            None => m.submit(&s),
+        })
+    }
+
+    /// Runs `submit` on the model, and wakes the sleepers that stream `key`'s hold kept back if
+    /// the submission let go of it.
+    fn submit_clearing(
+        &self,
+        key: u64,
+        submit: impl FnOnce(&mut Sched) -> Option<EntryId>,
+    ) -> Option<EntryId> {
+        let (id, cleared) = {
+            let mut m = self.shm.model();
+            let had = m.has_hold(key);
+            let id = submit(&mut m);
+            (id, had && id.is_some())
         };
-        self.submit_entry(&s)
+        if cleared {
+            self.bump(&self.shm.hold_gen);
+        }
+        id
     }
 
     /// Puts an event record of stream `key`, due at `ready_ns`, in the model: under
@@ -106,9 +139,7 @@ impl Device {
     fn submit_entry(&self, s: &Submit) -> EntryId {
         self.reap_if_due();
         loop {
-            let (id, cleared) = {
-                let mut m = self.shm.model();
-                let had = m.has_hold(s.stream_key);
+            let id = self.submit_clearing(s.stream_key, |m| {
                 let id = m.submit(s);
                 // A record that took its time in the past (its stream thread came late) is done
                 // at once: hold the clock for the stream's next work as its end would have.
@@ -118,11 +149,8 @@ impl Device {
                         m.set_hold(s.stream_key, s.slot, clock, now_ns());
                     }
                 }
-                (id, had && id.is_some())
-            };
-            if cleared {
-                self.bump(&self.shm.hold_gen);
-            }
+                id
+            });
             match id {
                 Some(id) => return id,
                 // The table is full (a hundred kernels in flight on one device): wait for room,

@@ -45,6 +45,15 @@
 //! process must not freeze the device), and then that stream's work starts later than it would
 //! have (its records excepted: they need no SMs and take their time in the past, see above).
 //! What the model has settled (everything before its clock) never changes again.
+//!
+//! A GPU knows the work queued on a stream from the moment the host launches it, and runs it
+//! back to back whatever the host does next. So a kernel launched onto an idle stream goes into
+//! the model at its launch, and one queued behind another kernel of its stream goes in chained to
+//! it ([`Sched::submit_after`]): it becomes eligible when that one ends, and no hold waits for its
+//! stream's thread (`crate::stream` says which kernels). Until 2026-12-06 every kernel waited for
+//! its stream thread to submit it, holding the clock meanwhile: a side task's thread starved of
+//! CPU (nice 19 on a loaded host) froze its whole device for up to [`Knobs::hold_ns`] of real
+//! time, trainers included, which a GPU never does.
 mod history;
 mod share;
 mod step;
@@ -126,6 +135,12 @@ pub struct Entry {
     pub demand: u32,
     /// Scratch of the current step: SMs (percent) it has.
     pub alloc: u32,
+    /// A kernel queued behind another of its stream, both in the model ([`Sched::submit_after`]):
+    /// that entry's index + 1 (0: none) and allocation. It becomes eligible when that one ends
+    /// (at `floor_ns` if later); until then its `eligible_ns` is `u64::MAX`.
+    pub after: u32,
+    pub after_gen: u32,
+    pub floor_ns: u64,
     pub stream_key: u64,
     pub seq: u64,
     pub eligible_ns: u64,
@@ -315,6 +330,9 @@ impl Sched {
             fill: s.fill.clamp(1, 100),
             demand: s.demand.clamp(1, 100),
             alloc: 0,
+            after: 0,
+            after_gen: 0,
+            floor_ns: 0,
             stream_key: s.stream_key,
             seq,
             eligible_ns: eligible,
@@ -341,6 +359,43 @@ impl Sched {
             index: index as u32,
             gen,
         })
+    }
+
+    /// Puts a kernel queued behind entry `after` of its stream in the model: it becomes eligible
+    /// when `after` ends (or at its own `ready_ns`, if later), with no hold meanwhile, and
+    /// `after` no longer asks for a hold at its end (its stream's next work is here). If `after`
+    /// has ended or is gone, it is submitted as [`Sched::submit`] does. None when the table is
+    /// full.
+    pub fn submit_after(&mut self, s: &Submit, after: EntryId) -> Option<EntryId> {
+        let pred = self.entry(after).copied();
+        let ready = match pred {
+            Some(p) if p.state == DONE => s.ready_ns.max(p.end_ns),
+            _ => s.ready_ns,
+        };
+        let id = self.submit(&Submit {
+            ready_ns: ready,
+            ..*s
+        })?;
+        if pred.is_some_and(|p| p.state == ACTIVE) {
+            let e = &mut self.entries[id.index as usize];
+            e.after = after.index + 1;
+            e.after_gen = after.gen;
+            e.floor_ns = e.eligible_ns;
+            e.eligible_ns = u64::MAX;
+            self.entries[after.index as usize].flags &= !HOLD_AFTER;
+        }
+        Some(id)
+    }
+
+    /// Entry `index` has ended: the kernels chained behind it become eligible (at its end).
+    pub(crate) fn release_after(&mut self, index: usize) {
+        let (gen, end) = (self.entries[index].gen, self.entries[index].end_ns);
+        for e in self.entries.iter_mut() {
+            if e.state == ACTIVE && e.after == index as u32 + 1 && e.after_gen == gen {
+                e.after = 0;
+                e.eligible_ns = e.floor_ns.max(end);
+            }
+        }
     }
 
     /// Asks for a hold at the entry's end (its stream got more work). False when the entry has
@@ -524,6 +579,7 @@ impl Sched {
                 e.state = DONE;
                 e.end_ns = end;
                 e.work = 0.0;
+                self.release_after(id.index as usize);
             }
             Err(left) => e.work = left,
         }

@@ -54,7 +54,8 @@ impl Sched {
         let mut r = StepResult::default();
         let mut holds = [(0u64, 0u32); 8];
         let mut n_holds = 0;
-        for e in self.entries.iter_mut() {
+        for i in 0..self.entries.len() {
+            let e = &mut self.entries[i];
             if e.state == ACTIVE && e.rate > 0.0 && e.work <= EPS {
                 e.state = DONE;
                 e.end_ns = t;
@@ -64,6 +65,7 @@ impl Sched {
                     holds[n_holds] = (e.stream_key, e.slot);
                     n_holds += 1;
                 }
+                self.release_after(i);
             }
         }
         for &(key, slot) in &holds[..n_holds] {

@@ -375,3 +375,63 @@ fn a_record_submitted_late_takes_the_time_its_stream_reached_it() {
     let rec = s.submit(&mark(s.clock_ns + MS)).unwrap();
     assert!(s.take_done(rec).is_none());
 }
+
+#[test]
+fn a_kernel_chained_behind_another_runs_at_its_end_whatever_its_stream_thread_does() {
+    for mode in [Mode::Timeslice, Mode::Mps] {
+        let mut s = Sched::new(knobs(mode));
+        // Its stream had more queued when the first went in: it asked for a hold at its end.
+        let a = s
+            .submit(&Submit {
+                hold_after: true,
+                ..kernel(0, 1, 5 * MS, 0)
+            })
+            .unwrap();
+        let b = s.submit_after(&kernel(0, 1, 3 * MS, 0), a).unwrap();
+        let c = s.submit_after(&kernel(0, 1, 2 * MS, 0), b).unwrap();
+        // No hold keeps the clock back (the next work is in the model), and nothing of the
+        // stream's thread is needed for b and c to run: 20 ms of real time settle all three.
+        assert!(!s.has_hold(1));
+        s.advance(20 * MS);
+        assert_eq!(s.clock_ns, 20 * MS, "{mode:?}");
+        assert!(
+            !s.has_hold(1),
+            "{mode:?}: a chained kernel's end set a hold"
+        );
+        let times = [a, b, c].map(|id| {
+            let d = s.take_done(id).expect("done");
+            (d.start_ns, d.end_ns)
+        });
+        assert_eq!(
+            times,
+            [(0, 5 * MS), (5 * MS, 8 * MS), (8 * MS, 10 * MS)],
+            "{mode:?}"
+        );
+    }
+}
+
+#[test]
+fn a_chained_kernel_waits_for_its_own_launch_and_its_predecessor() {
+    let mut s = Sched::new(knobs(Mode::Mps));
+    let a = s.submit(&kernel(0, 1, MS, 0)).unwrap();
+    // Launched by the host at 4 ms, after a's end: it runs from its launch.
+    let b = s.submit_after(&kernel(0, 1, MS, 4 * MS), a).unwrap();
+    assert_eq!(s.predict(b, Until::Done), Some(5 * MS));
+    s.advance(10 * MS);
+    assert_eq!(s.take_done(b).map(|d| d.start_ns), Some(4 * MS));
+    // Behind a kernel that has already ended: from that end, or the clock if later.
+    let c = s.submit(&kernel(0, 1, MS, 10 * MS)).unwrap();
+    s.advance(30 * MS);
+    let d = s.submit_after(&kernel(0, 1, MS, 0), c).unwrap();
+    assert_eq!(run(&mut s, d), (30 * MS, 31 * MS));
+    // Behind a communication kernel: from the end its body reports, even one in the past.
+    let x = s.submit(&comm(0, 2, 31 * MS)).unwrap();
+    let y = s.submit_after(&kernel(0, 2, MS, 0), x).unwrap();
+    s.advance(40 * MS);
+    assert!(s
+        .entry(y)
+        .is_some_and(|e| e.state == ACTIVE && !e.is(STARTED)));
+    s.report_transfer(x, 32 * MS, 2 * MS, 0, None);
+    assert_eq!(run(&mut s, y), (40 * MS, 41 * MS));
+    assert_eq!(s.take_done(x).map(|d| d.end_ns), Some(34 * MS));
+}
