@@ -13,24 +13,14 @@
 //! * Each stream has `ready_ns`: the GPU time at which its previous op finished. A kernel is
 //!   eligible at max(`ready_ns`, its enqueue time `queued_ns`); the model runs it from then on as
 //!   the device allows, and the executor sleeps until the model says it has ended.
-//! * A GPU runs queued work back to back whatever its host threads do, and so does the model,
-//!   however late this stream's thread is: the ops queued on an idle stream, or behind an op
-//!   already in the model (up to [`CHAIN`] ahead of the executor), go into the model at once, by
-//!   whichever thread sees them first (the host's at its launch, or the executor), each chained
-//!   to the one before ([`Device::submit_now`], [`Device::mark_now`]): kernels (a communication
-//!   kernel's body still runs on the executor, once the model has started the kernel), event
-//!   records (the record's entry is attached to it, [`Record::attach`]), and waits for a
-//!   record that is complete or in this device's model (chained to the record's entry too: the
-//!   wait ends in the model when both are there). The executor then only follows: it waits for
-//!   each op's end in the model, completes records, writes truth lines. Until 2026-12-06 every op
-//!   waited for the executor to submit it.
+//! * Kernels queued behind a kernel (up to [`CHAIN`] of them, none with a body) go into the model
+//!   at once, by whichever thread sees them first (the host's at its launch, or the executor),
+//!   chained to the one before ([`Device::submit_after`]): a GPU runs queued work back to back
+//!   whatever its host threads do, and so does the model, however late this stream's thread is.
 //! * So that the model does not run ahead of a stream whose thread is late with anything else,
-//!   the stream *holds* the model's clock while it has an op to submit that the model does not
-//!   have (a host function, a wait for a record of another device or not in the model yet,
-//!   anything past [`CHAIN`]): at its last entry's end when more
-//!   is queued (`hold_after`), at the enqueue time when the host enqueues onto an idle stream, at
-//!   a record's time when that record releases a stream that blocked on it (a record its
-//!   executor put in the model holds the clock at its end for those).
+//!   the stream *holds* the model's clock while it has an op to submit: at its last entry's end
+//!   when more is queued (`hold_after`), at the enqueue time when the host enqueues onto an idle
+//!   stream, at a record's time when that record releases a stream that waited for it.
 //!   Submitting (or going idle, or blocking on a record) lets go. A hold is honoured for a
 //!   bounded real time only.
 //! * An event record completes with timestamp max(`ready_ns`, the record's enqueue time), or
@@ -394,10 +384,9 @@ fn submit_first(inner: &Inner, st: &mut State) -> bool {
 }
 
 /// Puts the first queued op that is not in the model yet there, behind the stream's newest
-/// entry `prev` (None: the stream is idle and its time final), when it is a kernel (a
-/// communication kernel's body runs on the executor once the model has started it, and reports
-/// a transfer that began in the past, as a late executor's always could), an event record, or a
-/// wait for a record that is complete or in this device's model; its entry. None for anything else, when
+/// entry `prev` (None: the stream is idle and its time final), when it is a kernel without a
+/// body (a communication kernel's body runs on the executor), an event record, or a wait for a
+/// record that is complete or in this device's model; its entry. None for anything else, when
 /// the model's table is full, or where a waited-for record is in between (its stream's thread is
 /// completing it): the executor does it when it gets there.
 fn chain_next(inner: &Inner, st: &State, prev: Option<EntryId>) -> Option<EntryId> {
@@ -408,11 +397,11 @@ fn chain_next(inner: &Inner, st: &State, prev: Option<EntryId>) -> Option<EntryI
         None => st.ready_ns.max(t),
     };
     match st.queue.get(st.chained.len())? {
-        Op::Kernel(k) => {
+        Op::Kernel(k) if k.work.is_none() => {
             let run = KernelRun {
                 stream_key: inner.key,
                 comm: k.comm,
-                with_body: k.work.is_some(),
+                with_body: false,
                 duration_ns: k.duration_ns,
                 fill: k.fill,
                 ready_ns: floor(k.queued_ns),
