@@ -8,7 +8,6 @@
 //! holds the waiting stream's device model at `ts` first (see [`crate::stream`]).
 use crate::abi::now_ns;
 use crate::device::Device;
-use crate::sched::EntryId;
 use crate::stream::{Op, Stream};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
@@ -25,9 +24,6 @@ struct RecordState {
     done_ns: Option<u64>,
     /// Streams (device, key) blocked on this record.
     waiters: Vec<(Arc<Device>, u64)>,
-    /// Its entry in its device's model (device id, entry), when it went in ahead of its stream's
-    /// thread (see `crate::stream`): a stream of that device waits for it there.
-    entry: Option<(i32, EntryId)>,
 }
 
 impl Default for Record {
@@ -65,18 +61,6 @@ impl Record {
         }
         drop(st);
         self.cv.notify_all();
-    }
-
-    /// Its stream put it in device `device`'s model as entry `id` (ahead of the stream's thread).
-    pub fn attach(&self, device: i32, id: EntryId) {
-        self.state().entry = Some((device, id));
-    }
-
-    /// What a stream that waits for it goes by: its timestamp once complete, else its entry in
-    /// a device's model, if it has one.
-    pub fn progress(&self) -> (Option<u64>, Option<(i32, EntryId)>) {
-        let st = self.state();
-        (st.done_ns, st.entry)
     }
 
     /// Completion timestamp, or None while pending.

@@ -86,8 +86,8 @@ pub enum Op {
     HostFn(Box<dyn FnOnce() + Send>),
 }
 
-/// Ops chained into the model ahead of the executor, per stream, at most.
-pub const CHAIN: usize = 8;
+/// Kernels chained into the model ahead of the executor, per stream, at most.
+pub const CHAIN: usize = 4;
 
 /// What the executor is doing (decides who holds the model's clock for the stream).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -95,9 +95,8 @@ enum Exec {
     /// Waiting for ops: nothing queued.
     Idle,
     /// Running a kernel (or a record) in the model: the stream's newest entry in the model (the
-    /// last chained, if any), whether it holds the clock at its end, and whether ops may be
-    /// chained behind it (not behind a record its executor put there: that one holds the clock
-    /// for the streams that wait for it, see `crate::event`).
+    /// last chained, if any), whether it holds the clock at its end, and whether it is a kernel
+    /// (kernels may be chained behind it).
     Kernel(EntryId, bool, bool),
     /// Waiting for a record: whoever completes it holds the clock for this stream.
     Blocked,
@@ -295,20 +294,9 @@ fn execute(
     ready_ns: u64,
     next_is_kernel: bool,
 ) -> u64 {
-    match (op, chained) {
-        (Op::Kernel(k), _) => run_kernel(inner, k, chained, ready_ns, !next_is_kernel).end_ns,
-        (Op::Record(r), Some(id)) => {
-            let ts = inner.device.wait_done(id, true).end_ns;
-            chained_done(inner);
-            r.complete(ts);
-            ts
-        }
-        (Op::Wait(_), Some(id)) => {
-            let ts = inner.device.wait_done(id, false).end_ns;
-            chained_done(inner);
-            ready_ns.max(ts)
-        }
-        (Op::Record(r), None) => {
+    match op {
+        Op::Kernel(k) => run_kernel(inner, k, chained, ready_ns, !next_is_kernel).end_ns,
+        Op::Record(r) => {
             let due = ready_ns.max(r.queued_ns());
             // The record holds the clock at its time whatever follows it: streams waiting for it
             // are held there once it completes (see crate::event).
@@ -320,16 +308,7 @@ fn execute(
             r.complete(ts);
             ts
         }
-        (Op::Wait(r), None) => {
-            // In the model when the record is (or has its time): the stream's thread need not
-            // come back for what follows.
-            if let Some(id) = submit_as_current(inner, true, |more| {
-                wait_mark(inner, &r, None, ready_ns, more)
-            }) {
-                let ts = inner.device.wait_done(id, false).end_ns;
-                chained_done(inner);
-                return ready_ns.max(ts);
-            }
+        Op::Wait(r) => {
             let ts = r.wait_holding(&inner.device, inner.key, || {
                 inner.state().exec = Exec::Blocked;
                 inner.device.clear_hold(inner.key);
@@ -337,11 +316,11 @@ fn execute(
             inner.state().exec = Exec::Busy;
             ready_ns.max(ts)
         }
-        (Op::Host(f), _) => {
+        Op::Host(f) => {
             f();
             ready_ns
         }
-        (Op::HostFn(f), _) => {
+        Op::HostFn(f) => {
             f();
             ready_ns.max(now_ns())
         }
@@ -366,15 +345,26 @@ fn submit_as_current(
     id
 }
 
-/// On an idle stream, puts its first queued op in the model at once when it can go there (see
-/// [`chain_next`]; the executor finds it there when it wakes), and chains what follows it;
-/// whether it did. A GPU starts work launched onto an idle stream without waiting for a host
-/// thread to wake.
+/// On an idle stream, puts its first queued op in the model at once when it is a kernel without a
+/// body (the executor finds it there when it wakes), and chains what follows it; whether it did.
+/// A GPU starts work launched onto an idle stream without waiting for a host thread to wake.
 fn submit_first(inner: &Inner, st: &mut State) -> bool {
-    if !st.chained.is_empty() {
+    let Some(Op::Kernel(k)) = st.queue.front() else {
+        return false;
+    };
+    if k.work.is_some() || !st.chained.is_empty() {
         return false;
     }
-    let Some(id) = chain_next(inner, st, None) else {
+    let run = KernelRun {
+        stream_key: inner.key,
+        comm: k.comm,
+        with_body: false,
+        duration_ns: k.duration_ns,
+        fill: k.fill,
+        ready_ns: st.ready_ns.max(k.queued_ns),
+        hold_after: false,
+    };
+    let Some(id) = inner.device.submit_now(&run, None) else {
         return false;
     };
     st.chained.push_back(id);
@@ -383,76 +373,33 @@ fn submit_first(inner: &Inner, st: &mut State) -> bool {
     true
 }
 
-/// Puts the first queued op that is not in the model yet there, behind the stream's newest
-/// entry `prev` (None: the stream is idle and its time final), when it is a kernel without a
-/// body (a communication kernel's body runs on the executor), an event record, or a wait for a
-/// record that is complete or in this device's model; its entry. None for anything else, when
-/// the model's table is full, or where a waited-for record is in between (its stream's thread is
-/// completing it): the executor does it when it gets there.
-fn chain_next(inner: &Inner, st: &State, prev: Option<EntryId>) -> Option<EntryId> {
-    let device = &inner.device;
-    // Not before the stream's time (known here when idle; else the entry waits for `prev`).
-    let floor = |t: u64| match prev {
-        Some(_) => t,
-        None => st.ready_ns.max(t),
-    };
-    match st.queue.get(st.chained.len())? {
-        Op::Kernel(k) if k.work.is_none() => {
-            let run = KernelRun {
-                stream_key: inner.key,
-                comm: k.comm,
-                with_body: false,
-                duration_ns: k.duration_ns,
-                fill: k.fill,
-                ready_ns: floor(k.queued_ns),
-                hold_after: false,
-            };
-            device.submit_now(&run, prev)
-        }
-        Op::Record(r) => {
-            let id = device.mark_now(inner.key, floor(r.queued_ns()), prev, None)?;
-            r.attach(device.id(), id);
-            Some(id)
-        }
-        Op::Wait(r) => wait_mark(inner, r, prev, floor(0), false),
-        _ => None,
-    }
-}
-
-/// Puts a wait of the stream for record `r` in the model, behind `prev` and not before `ready`,
-/// holding the clock at its end if `hold_after`: its end is when the wait is over. None when `r`
-/// is neither complete nor in this device's model (or the table is full).
-fn wait_mark(
-    inner: &Inner,
-    r: &Record,
-    prev: Option<EntryId>,
-    ready: u64,
-    hold_after: bool,
-) -> Option<EntryId> {
-    let device = &inner.device;
-    let id = match r.progress() {
-        (Some(ts), _) => device.mark_now(inner.key, ready.max(ts), prev, None),
-        (None, Some((dev, rec))) if dev == device.id() => {
-            device.mark_now(inner.key, ready, prev, Some(rec))
-        }
-        _ => None,
-    }?;
-    if hold_after {
-        device.hold_after(id, inner.key);
-    }
-    Some(id)
-}
-
-/// Chains the ops queued right behind the stream's newest entry in the model, when that may be
-/// followed so (up to [`CHAIN`] ahead of the executor; see [`chain_next`]), and makes the newest
-/// entry hold the clock at its end while more is queued that is not in the model.
+/// Chains the kernels queued right behind the stream's newest entry in the model, when that is
+/// a kernel (up to [`CHAIN`] ahead of the executor, none with a body: a communication kernel's
+/// body runs on the executor), and makes the newest entry hold the clock at its end while more
+/// is queued that is not in the model.
 fn extend_chain(inner: &Inner, st: &mut State) {
-    let Exec::Kernel(newest, mut hold, chainable) = st.exec else {
+    let Exec::Kernel(newest, mut hold, kernel) = st.exec else {
         return;
     };
     let mut last = newest;
-    while chainable && st.chained.len() < CHAIN {
-        let Some(id) = chain_next(inner, st, Some(last)) else {
+    while kernel && st.chained.len() < CHAIN {
+        let Some(Op::Kernel(k)) = st.queue.get(st.chained.len()) else {
+            break;
+        };
+        if k.work.is_some() {
+            break;
+        }
+        let run = KernelRun {
+            stream_key: inner.key,
+            comm: k.comm,
+            with_body: false,
+            duration_ns: k.duration_ns,
+            fill: k.fill,
+            ready_ns: k.queued_ns,
+            hold_after: false,
+        };
+        let Some(id) = inner.device.submit_now(&run, Some(last)) else {
+            // The model's table is full: the executor submits the rest when it gets there.
             break;
         };
         st.chained.push_back(id);
@@ -464,16 +411,7 @@ fn extend_chain(inner: &Inner, st: &mut State) {
         inner.device.hold_after(last, inner.key);
         hold = true;
     }
-    st.exec = Exec::Kernel(last, hold, chainable);
-}
-
-/// The executor is done with a chained op: while nothing more is chained, the stream's newest
-/// entry is gone from the model.
-fn chained_done(inner: &Inner) {
-    let mut st = inner.state();
-    if st.chained.is_empty() {
-        st.exec = Exec::Busy;
-    }
+    st.exec = Exec::Kernel(last, hold, kernel);
 }
 
 /// Runs one kernel (blocking the executor thread) on a stream whose logical time is `ready_ns`,
@@ -519,7 +457,12 @@ fn run_kernel(
         device.report_transfer(id, &ck);
     }
     let t = device.wait_done(id, on_time);
-    chained_done(inner);
+    let mut st = inner.state();
+    // The stream's newest entry is still in the model while kernels are chained behind this one.
+    if st.chained.is_empty() {
+        st.exec = Exec::Busy;
+    }
+    drop(st);
     trace::write(&TruthLine {
         device: device.id(),
         // SAFETY: getpid has no preconditions.
@@ -576,13 +519,13 @@ mod tests {
         })
     }
 
-    /// Holds the streams' threads up (as threads starved of the CPU are) for `ns`, while another
+    /// Holds the stream's thread up (as a thread starved of the CPU is) for `ns`, while another
     /// thread moves the model on.
-    fn hold_up(streams: &[&Stream], ns: u64) {
-        let _held: Vec<_> = streams.iter().map(|s| s.inner.state()).collect();
+    fn hold_up(stream: &Stream, ns: u64) {
+        let _held = stream.inner.state();
         let t0 = now_ns();
         while now_ns() - t0 < ns {
-            streams[0].inner.device.advance_now();
+            stream.inner.device.advance_now();
             std::thread::sleep(std::time::Duration::from_micros(100));
         }
     }
@@ -597,41 +540,12 @@ mod tests {
         let mut ops: Vec<Op> = (0..3).map(|_| kernel(MS, t0)).collect();
         ops.push(Op::Record(end.clone()));
         stream.enqueue(ops);
-        hold_up(&[&stream], 4 * MS);
+        hold_up(&stream, 4 * MS);
         stream.synchronize();
         // The GPU began at the launch and ran the three back to back. Before, the first one went
         // into the model only when the stream's thread woke (4 ms late here).
         assert_eq!(end.timestamp().unwrap() - t0, 3 * MS);
         stream.close();
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn a_stream_waiting_for_another_goes_on_at_the_record_while_both_threads_are_held_up() {
-        let dir = std::env::temp_dir().join(format!("simgpu-wait-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let device = device_without_holds(&dir);
-        let (a, b) = (
-            Stream::new(device.clone()).unwrap(),
-            Stream::new(device).unwrap(),
-        );
-        let (rec, end) = (Arc::new(Record::new()), Arc::new(Record::new()));
-        let t0 = now_ns();
-        a.enqueue(vec![kernel(2 * MS, t0), Op::Record(rec.clone())]);
-        b.enqueue(vec![
-            Op::Wait(rec.clone()),
-            kernel(MS, t0),
-            Op::Record(end.clone()),
-        ]);
-        hold_up(&[&a, &b], 5 * MS);
-        a.synchronize();
-        b.synchronize();
-        // b's kernel ran from a's record (2 ms) for 1 ms. Before records and waits went into the
-        // model, b's thread learnt of the record only once a's thread had completed it.
-        assert_eq!(rec.timestamp().unwrap() - t0, 2 * MS);
-        assert_eq!(end.timestamp().unwrap() - t0, 3 * MS);
-        a.close();
-        b.close();
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -651,7 +565,7 @@ mod tests {
         while device.entries_of(stream.inner.key) == 0 && end.timestamp().is_none() {
             std::thread::yield_now();
         }
-        hold_up(&[&stream], 3 * MS);
+        hold_up(&stream, 3 * MS);
         stream.synchronize();
         // The GPU ran the four kernels back to back. Before kernels were chained into the model,
         // the second one went in only when the thread came back, 2 ms after the first ended.

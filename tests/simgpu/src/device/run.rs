@@ -84,45 +84,10 @@ impl Device {
     /// full (the stream's thread submits it when it gets there, as any other).
     pub fn submit_now(&self, k: &KernelRun, after: Option<EntryId>) -> Option<EntryId> {
         let s = self.submission(k);
-        self.submit_clearing(s.stream_key, |m| {
-            m.has_room_to_chain()
-                .then(|| m.submit_after(&s, after, None))
-                .flatten()
+        self.submit_clearing(s.stream_key, |m| match after {
+            Some(a) => m.submit_after(&s, a),
+            None => m.submit(&s),
         })
-    }
-
-    /// Puts an event record of stream `key` due at `ready_ns` in the device's model without
-    /// waiting, behind entry `after` of its stream when given; or, with `also`, a wait of the
-    /// stream for the record whose entry that is (its end is when the wait is over). None when
-    /// the model's table is full, or `also` is gone from it.
-    pub fn mark_now(
-        &self,
-        key: u64,
-        ready_ns: u64,
-        after: Option<EntryId>,
-        also: Option<EntryId>,
-    ) -> Option<EntryId> {
-        let s = self.mark(key, ready_ns, false);
-        self.submit_clearing(key, |m| {
-            m.has_room_to_chain()
-                .then(|| m.submit_after(&s, after, also))
-                .flatten()
-        })
-    }
-
-    fn mark(&self, stream_key: u64, ready_ns: u64, hold_after: bool) -> Submit {
-        Submit {
-            slot: self.slot as u32,
-            stream_key,
-            comm: false,
-            with_body: false,
-            mark: true,
-            work_ns: 0,
-            fill: 1,
-            demand: 1,
-            ready_ns,
-            hold_after,
-        }
     }
 
     /// Runs `submit` on the model, and wakes the sleepers that stream `key`'s hold kept back if
@@ -157,7 +122,18 @@ impl Device {
         if self.knobs.mode() == Mode::Mps {
             return None;
         }
-        Some(self.submit_entry(&self.mark(stream_key, ready_ns, hold_after)))
+        Some(self.submit_entry(&Submit {
+            slot: self.slot as u32,
+            stream_key,
+            comm: false,
+            with_body: false,
+            mark: true,
+            work_ns: 0,
+            fill: 1,
+            demand: 1,
+            ready_ns,
+            hold_after,
+        }))
     }
 
     fn submit_entry(&self, s: &Submit) -> EntryId {

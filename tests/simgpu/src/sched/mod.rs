@@ -135,14 +135,11 @@ pub struct Entry {
     pub demand: u32,
     /// Scratch of the current step: SMs (percent) it has.
     pub alloc: u32,
-    /// An entry queued behind another of its stream, both in the model ([`Sched::submit_after`]):
-    /// that entry's index + 1 (0: none) and allocation; and for a stream wait, the awaited
-    /// record's entry (`also`). It becomes eligible when both have ended (at `floor_ns` if
-    /// later); until then its `eligible_ns` is `u64::MAX`.
+    /// A kernel queued behind another of its stream, both in the model ([`Sched::submit_after`]):
+    /// that entry's index + 1 (0: none) and allocation. It becomes eligible when that one ends
+    /// (at `floor_ns` if later); until then its `eligible_ns` is `u64::MAX`.
     pub after: u32,
     pub after_gen: u32,
-    pub also: u32,
-    pub also_gen: u32,
     pub floor_ns: u64,
     pub stream_key: u64,
     pub seq: u64,
@@ -335,8 +332,6 @@ impl Sched {
             alloc: 0,
             after: 0,
             after_gen: 0,
-            also: 0,
-            also_gen: 0,
             floor_ns: 0,
             stream_key: s.stream_key,
             seq,
@@ -366,85 +361,39 @@ impl Sched {
         })
     }
 
-    /// Puts an entry queued behind entry `after` of its stream in the model: it becomes eligible
+    /// Puts a kernel queued behind entry `after` of its stream in the model: it becomes eligible
     /// when `after` ends (or at its own `ready_ns`, if later), with no hold meanwhile, and
-    /// `after` no longer asks for a hold at its end (its stream's next work is here). A stream
-    /// wait's entry is queued behind the awaited record's entry too (`also`): None if that one is
-    /// gone from the model (its stream took it: the record's time is known, or about to be). An
-    /// `after` that has ended or is gone orders nothing. None when the table is full.
-    pub fn submit_after(
-        &mut self,
-        s: &Submit,
-        after: Option<EntryId>,
-        also: Option<EntryId>,
-    ) -> Option<EntryId> {
-        let also = match also {
-            Some(a) => Some((a, *self.entry(a)?)),
-            None => None,
+    /// `after` no longer asks for a hold at its end (its stream's next work is here). If `after`
+    /// has ended or is gone, it is submitted as [`Sched::submit`] does. None when the table is
+    /// full.
+    pub fn submit_after(&mut self, s: &Submit, after: EntryId) -> Option<EntryId> {
+        let pred = self.entry(after).copied();
+        let ready = match pred {
+            Some(p) if p.state == DONE => s.ready_ns.max(p.end_ns),
+            _ => s.ready_ns,
         };
-        let after = after.and_then(|a| self.entry(a).map(|e| (a, *e)));
-        let mut ready = s.ready_ns;
-        let mut pending = [None; 2];
-        for (k, p) in [after, also].into_iter().enumerate() {
-            match p {
-                Some((_, e)) if e.state == DONE => ready = ready.max(e.end_ns),
-                Some((id, _)) => pending[k] = Some(id),
-                None => {}
-            }
-        }
-        let waits = pending.iter().any(Option::is_some);
         let id = self.submit(&Submit {
-            // Not in the past: a record waiting for its predecessor takes no time before it.
-            ready_ns: if waits {
-                ready.max(self.clock_ns)
-            } else {
-                ready
-            },
+            ready_ns: ready,
             ..*s
         })?;
-        if waits {
+        if pred.is_some_and(|p| p.state == ACTIVE) {
             let e = &mut self.entries[id.index as usize];
+            e.after = after.index + 1;
+            e.after_gen = after.gen;
             e.floor_ns = e.eligible_ns;
             e.eligible_ns = u64::MAX;
-            if let Some(p) = pending[0] {
-                (e.after, e.after_gen) = (p.index + 1, p.gen);
-            }
-            if let Some(p) = pending[1] {
-                (e.also, e.also_gen) = (p.index + 1, p.gen);
-            }
-            if let Some(p) = pending[0] {
-                self.entries[p.index as usize].flags &= !HOLD_AFTER;
-            }
+            self.entries[after.index as usize].flags &= !HOLD_AFTER;
         }
         Some(id)
     }
 
-    /// Whether entries may go in ahead of their streams' threads: a quarter of the table stays
-    /// for the threads' own submissions (which wait for room).
-    pub fn has_room_to_chain(&self) -> bool {
-        self.entries.iter().filter(|e| e.state == FREE).count() > MAX_ENTRIES / 4
-    }
-
-    /// Entry `index` has ended: the entries queued behind it become eligible (at its end) once
-    /// nothing else holds them.
+    /// Entry `index` has ended: the kernels chained behind it become eligible (at its end).
     pub(crate) fn release_after(&mut self, index: usize) {
         let (gen, end) = (self.entries[index].gen, self.entries[index].end_ns);
-        let me = index as u32 + 1;
-        for e in self.entries.iter_mut().filter(|e| e.state == ACTIVE) {
-            let mut hit = false;
-            if e.after == me && e.after_gen == gen {
+        for e in self.entries.iter_mut() {
+            if e.state == ACTIVE && e.after == index as u32 + 1 && e.after_gen == gen {
                 e.after = 0;
-                hit = true;
-            }
-            if e.also == me && e.also_gen == gen {
-                e.also = 0;
-                hit = true;
-            }
-            if hit {
-                e.floor_ns = e.floor_ns.max(end);
-                if e.after == 0 && e.also == 0 {
-                    e.eligible_ns = e.floor_ns;
-                }
+                e.eligible_ns = e.floor_ns.max(end);
             }
         }
     }

@@ -387,12 +387,8 @@ fn a_kernel_chained_behind_another_runs_at_its_end_whatever_its_stream_thread_do
                 ..kernel(0, 1, 5 * MS, 0)
             })
             .unwrap();
-        let b = s
-            .submit_after(&kernel(0, 1, 3 * MS, 0), Some(a), None)
-            .unwrap();
-        let c = s
-            .submit_after(&kernel(0, 1, 2 * MS, 0), Some(b), None)
-            .unwrap();
+        let b = s.submit_after(&kernel(0, 1, 3 * MS, 0), a).unwrap();
+        let c = s.submit_after(&kernel(0, 1, 2 * MS, 0), b).unwrap();
         // No hold keeps the clock back (the next work is in the model), and nothing of the
         // stream's thread is needed for b and c to run: 20 ms of real time settle all three.
         assert!(!s.has_hold(1));
@@ -419,20 +415,18 @@ fn a_chained_kernel_waits_for_its_own_launch_and_its_predecessor() {
     let mut s = Sched::new(knobs(Mode::Mps));
     let a = s.submit(&kernel(0, 1, MS, 0)).unwrap();
     // Launched by the host at 4 ms, after a's end: it runs from its launch.
-    let b = s
-        .submit_after(&kernel(0, 1, MS, 4 * MS), Some(a), None)
-        .unwrap();
+    let b = s.submit_after(&kernel(0, 1, MS, 4 * MS), a).unwrap();
     assert_eq!(s.predict(b, Until::Done), Some(5 * MS));
     s.advance(10 * MS);
     assert_eq!(s.take_done(b).map(|d| d.start_ns), Some(4 * MS));
     // Behind a kernel that has already ended: from that end, or the clock if later.
     let c = s.submit(&kernel(0, 1, MS, 10 * MS)).unwrap();
     s.advance(30 * MS);
-    let d = s.submit_after(&kernel(0, 1, MS, 0), Some(c), None).unwrap();
+    let d = s.submit_after(&kernel(0, 1, MS, 0), c).unwrap();
     assert_eq!(run(&mut s, d), (30 * MS, 31 * MS));
     // Behind a communication kernel: from the end its body reports, even one in the past.
     let x = s.submit(&comm(0, 2, 31 * MS)).unwrap();
-    let y = s.submit_after(&kernel(0, 2, MS, 0), Some(x), None).unwrap();
+    let y = s.submit_after(&kernel(0, 2, MS, 0), x).unwrap();
     s.advance(40 * MS);
     assert!(s
         .entry(y)
@@ -440,43 +434,4 @@ fn a_chained_kernel_waits_for_its_own_launch_and_its_predecessor() {
     s.report_transfer(x, 32 * MS, 2 * MS, 0, None);
     assert_eq!(run(&mut s, y), (40 * MS, 41 * MS));
     assert_eq!(s.take_done(x).map(|d| d.end_ns), Some(34 * MS));
-}
-
-#[test]
-fn a_stream_wait_in_the_model_ends_when_its_stream_and_the_record_are_there() {
-    let mut s = Sched::new(knobs(Mode::Mps));
-    let mark = |key: u64, ready: u64| Submit {
-        mark: true,
-        fill: 1,
-        demand: 1,
-        ..kernel(0, key, 0, ready)
-    };
-    // Stream 1: a kernel to 4 ms, then a record. Stream 2: a kernel to 1 ms, then a wait for
-    // that record, then a kernel.
-    let k1 = s
-        .submit(&Submit {
-            fill: 90,
-            demand: 90,
-            ..kernel(0, 1, 4 * MS, 0)
-        })
-        .unwrap();
-    let rec = s.submit_after(&mark(1, 0), Some(k1), None).unwrap();
-    let k2 = s.submit(&Submit {
-        fill: 10,
-        demand: 10,
-        ..kernel(0, 2, MS, 0)
-    });
-    let wait = s.submit_after(&mark(2, 0), k2, Some(rec)).unwrap();
-    let k3 = s
-        .submit_after(&kernel(0, 2, MS, 0), Some(wait), None)
-        .unwrap();
-    s.advance(10 * MS);
-    assert_eq!(s.take_done(rec).map(|d| d.end_ns), Some(4 * MS));
-    assert_eq!(s.take_done(wait).map(|d| d.end_ns), Some(4 * MS));
-    assert_eq!(
-        s.take_done(k3).map(|d| (d.start_ns, d.end_ns)),
-        Some((4 * MS, 5 * MS))
-    );
-    // A record gone from the model (its stream took it) cannot be waited for there.
-    assert_eq!(s.submit_after(&mark(2, 0), None, Some(rec)), None);
 }
