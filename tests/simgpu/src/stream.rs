@@ -15,7 +15,7 @@
 //!   the device allows, and the executor sleeps until the model says it has ended.
 //! * Kernels queued behind a kernel (up to [`CHAIN`] of them, none with a body) go into the model
 //!   at once, by whichever thread sees them first (the host's at its launch, or the executor),
-//!   chained to the one before ([`Device::submit_after`]): a GPU runs queued work back to back
+//!   chained to the one before ([`Device::submit_now`]): a GPU runs queued work back to back
 //!   whatever its host threads do, and so does the model, however late this stream's thread is.
 //! * So that the model does not run ahead of a stream whose thread is late with anything else,
 //!   the stream *holds* the model's clock while it has an op to submit: at its last entry's end
@@ -108,9 +108,6 @@ struct State {
     queue: VecDeque<Op>,
     /// The model's entries of the first ops of `queue` (kernels chained ahead of the executor).
     chained: VecDeque<EntryId>,
-    /// The stream's logical GPU time once its executor has run every op it took: when its last op
-    /// finished (see the module docs).
-    ready_ns: u64,
     enqueued: u64,
     completed: u64,
     closing: bool,
@@ -156,7 +153,6 @@ impl Stream {
             state: Mutex::new(State {
                 queue: VecDeque::new(),
                 chained: VecDeque::new(),
-                ready_ns: 0,
                 enqueued: 0,
                 completed: 0,
                 closing: false,
@@ -195,19 +191,13 @@ impl Stream {
         st.queue.extend(ops);
         // Chain what can be chained; hold the model's clock until the executor has submitted
         // the rest.
-        let hold_now = match st.exec {
-            Exec::Kernel(..) => {
-                extend_chain(inner, &mut st);
-                false
+        match st.exec {
+            Exec::Kernel(..) => extend_chain(inner, &mut st),
+            Exec::Idle | Exec::Busy if was_empty => {
+                st.exec = Exec::Busy;
+                inner.device.set_hold(inner.key, now_ns());
             }
-            Exec::Idle if was_empty => !submit_first(inner, &mut st),
-            // Only an idle executor's stream time is final: a busy one's op may still end later.
-            Exec::Busy => was_empty,
-            _ => false,
-        };
-        if hold_now {
-            st.exec = Exec::Busy;
-            inner.device.set_hold(inner.key, now_ns());
+            _ => {}
         }
         inner.cv.notify_all();
         st.enqueued
@@ -276,10 +266,7 @@ fn executor(inner: Arc<Inner>) {
             }
         };
         ready_ns = execute(&inner, op, chained, ready_ns, next_is_kernel);
-        let mut st = inner.state();
-        st.completed += 1;
-        st.ready_ns = ready_ns;
-        drop(st);
+        inner.state().completed += 1;
         inner.cv.notify_all();
     }
 }
@@ -345,34 +332,6 @@ fn submit_as_current(
     id
 }
 
-/// On an idle stream, puts its first queued op in the model at once when it is a kernel without a
-/// body (the executor finds it there when it wakes), and chains what follows it; whether it did.
-/// A GPU starts work launched onto an idle stream without waiting for a host thread to wake.
-fn submit_first(inner: &Inner, st: &mut State) -> bool {
-    let Some(Op::Kernel(k)) = st.queue.front() else {
-        return false;
-    };
-    if k.work.is_some() || !st.chained.is_empty() {
-        return false;
-    }
-    let run = KernelRun {
-        stream_key: inner.key,
-        comm: k.comm,
-        with_body: false,
-        duration_ns: k.duration_ns,
-        fill: k.fill,
-        ready_ns: st.ready_ns.max(k.queued_ns),
-        hold_after: false,
-    };
-    let Some(id) = inner.device.submit_now(&run, None) else {
-        return false;
-    };
-    st.chained.push_back(id);
-    st.exec = Exec::Kernel(id, false, true);
-    extend_chain(inner, st);
-    true
-}
-
 /// Chains the kernels queued right behind the stream's newest entry in the model, when that is
 /// a kernel (up to [`CHAIN`] ahead of the executor, none with a body: a communication kernel's
 /// body runs on the executor), and makes the newest entry hold the clock at its end while more
@@ -398,7 +357,7 @@ fn extend_chain(inner: &Inner, st: &mut State) {
             ready_ns: k.queued_ns,
             hold_after: false,
         };
-        let Some(id) = inner.device.submit_now(&run, Some(last)) else {
+        let Some(id) = inner.device.submit_now(&run, last) else {
             // The model's table is full: the executor submits the rest when it gets there.
             break;
         };
@@ -528,25 +487,6 @@ mod tests {
             stream.inner.device.advance_now();
             std::thread::sleep(std::time::Duration::from_micros(100));
         }
-    }
-
-    #[test]
-    fn kernels_launched_onto_an_idle_stream_run_while_its_thread_is_held_up() {
-        let dir = std::env::temp_dir().join(format!("simgpu-idle-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let stream = Stream::new(device_without_holds(&dir)).unwrap();
-        let end = Arc::new(Record::new());
-        let t0 = now_ns();
-        let mut ops: Vec<Op> = (0..3).map(|_| kernel(MS, t0)).collect();
-        ops.push(Op::Record(end.clone()));
-        stream.enqueue(ops);
-        hold_up(&stream, 4 * MS);
-        stream.synchronize();
-        // The GPU began at the launch and ran the three back to back. Before, the first one went
-        // into the model only when the stream's thread woke (4 ms late here).
-        assert_eq!(end.timestamp().unwrap() - t0, 3 * MS);
-        stream.close();
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -80,14 +80,11 @@ impl Device {
     }
 
     /// Puts kernel `k` in the device's model without waiting, behind entry `after` of its stream
-    /// when given (see [`crate::sched::Sched::submit_after`]): None when the model's table is
-    /// full (the stream's thread submits it when it gets there, as any other).
-    pub fn submit_now(&self, k: &KernelRun, after: Option<EntryId>) -> Option<EntryId> {
+    /// (see [`crate::sched::Sched::submit_after`]): None when the model's table is full (the
+    /// stream's thread submits it when it gets there, as any other).
+    pub fn submit_now(&self, k: &KernelRun, after: EntryId) -> Option<EntryId> {
         let s = self.submission(k);
-        self.submit_clearing(s.stream_key, |m| match after {
-            Some(a) => m.submit_after(&s, a),
-            None => m.submit(&s),
-        })
+        self.submit_clearing(s.stream_key, |m| m.submit_after(&s, after))
     }
 
     /// Runs `submit` on the model, and wakes the sleepers that stream `key`'s hold kept back if

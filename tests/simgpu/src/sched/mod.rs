@@ -47,13 +47,13 @@
 //! What the model has settled (everything before its clock) never changes again.
 //!
 //! A GPU knows the work queued on a stream from the moment the host launches it, and runs it
-//! back to back whatever the host does next. So a kernel launched onto an idle stream goes into
-//! the model at its launch, and one queued behind another kernel of its stream goes in chained to
-//! it ([`Sched::submit_after`]): it becomes eligible when that one ends, and no hold waits for its
-//! stream's thread (`crate::stream` says which kernels). Until 2026-12-06 every kernel waited for
-//! its stream thread to submit it, holding the clock meanwhile: a side task's thread starved of
-//! CPU (nice 19 on a loaded host) froze its whole device for up to [`Knobs::hold_ns`] of real
-//! time, trainers included, which a GPU never does.
+//! back to back whatever the host does next. So a kernel queued behind another kernel of its
+//! stream goes into the model at once, chained to it ([`Sched::submit_after`]): it becomes
+//! eligible when that one ends, and no hold waits for its stream's thread (`crate::stream` says
+//! which kernels). Until 2026-12-06 every kernel waited for its stream thread to submit it,
+//! holding the clock meanwhile: a side task's thread starved of CPU (nice 19 on a loaded host)
+//! froze its whole device between two queued kernels for up to [`Knobs::hold_ns`] of real time,
+//! trainers included, which a GPU never does.
 mod history;
 mod share;
 mod step;
