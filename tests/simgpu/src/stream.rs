@@ -445,6 +445,7 @@ fn run_kernel(
 mod tests {
     use super::*;
     use crate::config::Mode;
+    use crate::device::tests::TempDir;
     use crate::event::Record;
     use crate::sched::Knobs;
 
@@ -491,9 +492,8 @@ mod tests {
 
     #[test]
     fn kernels_queued_together_run_back_to_back_while_the_stream_thread_is_held_up() {
-        let dir = std::env::temp_dir().join(format!("simgpu-chain-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let device = device_without_holds(&dir);
+        let dir = TempDir::new("chain");
+        let device = device_without_holds(&dir.0);
         let stream = Stream::new(device.clone()).unwrap();
         let (start, end) = (Arc::new(Record::new()), Arc::new(Record::new()));
         let mut ops = vec![Op::Record(start.clone())];
@@ -514,6 +514,5 @@ mod tests {
             4 * MS
         );
         stream.close();
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

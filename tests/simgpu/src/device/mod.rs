@@ -3,7 +3,7 @@
 mod mem;
 mod run;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use run::{KernelRun, Timing, SPIN_FINISH_NS};
 

@@ -7,11 +7,11 @@ const MS: u64 = 1_000_000;
 /// A pid that cannot exist (pid_max is at most 2^22).
 const DEAD_PID: i32 = 0x3FFF_FFF0;
 
-/// A folder for one test's device state, removed when dropped.
-struct TempDir(std::path::PathBuf);
+/// A folder for one test's device state, removed when dropped (a failing test's too).
+pub(crate) struct TempDir(pub(crate) std::path::PathBuf);
 
 impl TempDir {
-    fn new(name: &str) -> TempDir {
+    pub(crate) fn new(name: &str) -> TempDir {
         let d = std::env::temp_dir().join(format!("simgpu-{name}-{}", my_pid()));
         std::fs::create_dir_all(&d).unwrap();
         TempDir(d)
