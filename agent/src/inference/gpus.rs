@@ -229,16 +229,21 @@ impl Gpus {
         b.busy_from = tl.busy_known();
     }
 
-    /// When an op in flight of `who` may start transferring because the parties it waits for
-    /// may have begun unseen: a key all of whose parties were issued here, each of those that
-    /// was not seen to begin able to begin now on its own timeline (see
-    /// [`Timeline::may_begin_from`]), can complete as soon as the last of them was issued, and
-    /// its data move from then. The begin records of those parties come a fraction of a
-    /// millisecond later, their issues at once: on torchtitan's ZBV job with noise, grants opened
-    /// as the last party of an all-gather launched it ran 1-2 ms over its transfer (those that
-    /// still do were opened just before the agent went 4 ms without a step).
+    /// When an op of `who` in flight, or issued and able to begin now, may start transferring
+    /// because the parties it waits for may have begun unseen: a key all of whose parties were
+    /// issued here, each of those that was not seen to begin able to begin now on its own
+    /// timeline (see [`Timeline::may_begin_from`]), can complete as soon as the last of them was
+    /// issued, and its data move from then. The begin records of those parties come a fraction
+    /// of a millisecond later, their issues at once: on torchtitan's ZBV job with noise, grants
+    /// opened as the last party of an all-gather launched it ran 1-2 ms over its transfer (those
+    /// that still do were opened just before the agent went 4 ms without a step). An op of `who`
+    /// itself not seen to begin counts as one of those parties: until 2026-12-07 such an op was
+    /// bounded only by its issue plus the shortest wait learnt at its position: on the same job
+    /// with noise, an iteration's first all-gathers whose partner came 0.24 ms after them (over
+    /// 1.1 ms in the iterations before) transferred under a grant for 0.6 ms.
     fn parties_may_begin(&self, who: (u32, GpuId), tl: &Timeline) -> Option<Ns> {
         tl.in_flight_ops()
+            .chain(tl.may_begin_ops())
             .flat_map(|id| self.partners.waiting_for(who, id))
             .filter_map(|unbegun| {
                 let mut latest = None;
@@ -543,6 +548,78 @@ mod tests {
             },
             6_000,
         );
+        assert_eq!(busy(&g), Some(6_000));
+    }
+
+    #[test]
+    fn a_collective_issued_by_every_party_is_busy_from_the_last_issue_before_any_begin_is_read() {
+        let mut g = Gpus::new();
+        let (a, b) = (GpuId(0x1100), GpuId(0x1200));
+        let sig = |comm| CommSig {
+            comm,
+            kind: CommKind::AllGather,
+            peer: -1,
+            bytes: 1 << 20,
+            largest_send: 0,
+        };
+        let issue = |id, t, comm| Obs::CommIssue {
+            t,
+            id,
+            stream: 2,
+            sig: sig(comm),
+        };
+        let matched = |id| Obs::CommMatch {
+            id,
+            key: 0xabc,
+            parties: 2,
+            receives: true,
+        };
+        // Each process: compute, an op on its comm stream that began and ended (the stream is
+        // timed), then a device synchronize: drained and idle from 1 µs.
+        for (pid, gpu) in [(1, a), (2, b)] {
+            let mut at = |obs, t| g.observe(pid, Some(gpu), obs, t);
+            at(Obs::Launch { t: 100, stream: 1 }, 100);
+            at(issue(10 * pid as u64, 150, 0x61), 150);
+            at(
+                Obs::CommBegin {
+                    id: 10 * pid as u64,
+                    t: 300,
+                    seen: 300,
+                },
+                300,
+            );
+            at(
+                Obs::CommEnd {
+                    id: 10 * pid as u64,
+                    t: 400,
+                    seen: 400,
+                },
+                400,
+            );
+            at(
+                Obs::Sync {
+                    t0: 450,
+                    t1: 1_000,
+                    on: SyncOn::Device,
+                },
+                1_000,
+            );
+        }
+        // A issues the all-gather at 5 µs, first on its comm stream: its begin record is not
+        // read yet, and 50 µs were learnt between its begin and its transfer.
+        g.observe(1, Some(a), issue(11, 5_000, 0x60), 5_000);
+        g.observe(1, Some(a), matched(11), 5_000);
+        g.timelines
+            .get_mut(&(1, a))
+            .expect("A's timeline")
+            .timeline
+            .set_learnt_wait(50_000);
+        let busy = |g: &Gpus| g.open_on(a)[0].expect("A idle").busy_from;
+        assert_eq!(busy(&g), Some(55_000));
+        // B issues its party at 6 µs and can begin at once: both may have begun unread, and the
+        // data may move from then, long before the wait learnt at A's position.
+        g.observe(2, Some(b), issue(22, 6_000, 0x60), 6_000);
+        g.observe(2, Some(b), matched(22), 6_000);
         assert_eq!(busy(&g), Some(6_000));
     }
 }

@@ -189,6 +189,9 @@ pub struct Timeline {
     /// Drain marks queued and not yet reached: wait id -> (stream, launches on it before the
     /// mark) ([`Timeline::on_drain_mark`]).
     marks: HashMap<u64, (StreamId, u64)>,
+    /// Tests: the wait learnt at every op's position ([`Timeline::set_learnt_wait`]).
+    #[cfg(test)]
+    test_wait: Option<Ns>,
 }
 
 impl Timeline {

@@ -56,21 +56,44 @@ impl Timeline {
     /// position. (One whose compute has not run, or that is queued behind another op or behind
     /// such a wait, cannot begin yet; one on a stream never seen timed will not be seen to begin.)
     pub(super) fn may_begin(&self, start: Ns) -> impl Iterator<Item = Ns> + '_ {
+        self.can_begin_now()
+            .map(move |(_, op)| op.issued.max(start) + self.learnt_wait(op))
+    }
+
+    /// The ops issued and not seen to begin that can begin now (see [`Timeline::may_begin`]):
+    /// their begin records may come late.
+    pub fn may_begin_ops(&self) -> impl Iterator<Item = u64> + '_ {
+        self.can_begin_now().map(|(id, _)| id)
+    }
+
+    /// The first op not ended of each stream, where it can begin now.
+    fn can_begin_now(&self) -> impl Iterator<Item = (u64, &Op)> + '_ {
         let mut streams: Vec<StreamId> = vec![];
-        self.order.iter().filter_map(move |id| {
-            let op = self.ops.get(id)?;
+        self.order.iter().filter_map(move |&id| {
+            let op = self.ops.get(&id)?;
             if streams.contains(&op.stream) {
                 return None;
             }
             streams.push(op.stream);
-            self.can_begin(op).then(|| {
-                let wait = self
-                    .pattern
-                    .predict(op.pos, WAIT)
-                    .map_or(0, |p| p.shortest_ns);
-                op.issued.max(start) + wait
-            })
+            self.can_begin(op).then_some((id, op))
         })
+    }
+
+    /// The shortest wait learnt at `op`'s position, between its begin and its transfer.
+    fn learnt_wait(&self, op: &Op) -> Ns {
+        #[cfg(test)]
+        if let Some(w) = self.test_wait {
+            return w;
+        }
+        self.pattern
+            .predict(op.pos, WAIT)
+            .map_or(0, |p| p.shortest_ns)
+    }
+
+    /// Test support: every op issued waits `ns` from its begin to its transfer (as if learnt).
+    #[cfg(test)]
+    pub fn set_learnt_wait(&mut self, ns: Ns) {
+        self.test_wait = Some(ns);
     }
 
     /// Whether `op`, the first op not ended on its stream, can begin now: not seen to begin, the
