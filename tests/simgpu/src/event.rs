@@ -8,7 +8,7 @@
 //! holds the waiting stream's device model at `ts` first (see [`crate::stream`]).
 use crate::abi::now_ns;
 use crate::device::Device;
-use crate::stream::Stream;
+use crate::stream::{Op, Stream};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// One recording of an event: completes when its stream executes it.
@@ -137,7 +137,7 @@ impl Event {
         let rec = Arc::new(Record::new());
         let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
         *cur = Some(rec.clone());
-        stream.record(rec);
+        stream.enqueue(vec![Op::Record(rec)]);
     }
 
     /// The latest record (None if never recorded).

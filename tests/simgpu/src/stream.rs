@@ -25,10 +25,7 @@
 //!   bounded real time only.
 //! * An event record completes with timestamp max(`ready_ns`, the record's enqueue time), or
 //!   under time-slicing the first instant after that at which its process is resident (a real
-//!   GPU executes a record only while its context is scheduled). A record enqueued on an idle
-//!   stream of a process that is resident completes at once, on the host's thread
-//!   ([`Stream::record`]); until 2026-12-07 it woke the stream's thread and held the model's
-//!   clock until that thread came (a GPU does neither); a cross-stream wait
+//!   GPU executes a record only while its context is scheduled); a cross-stream wait
 //!   ([`Op::Wait`]) moves `ready_ns` up to the awaited record's timestamp; a host op
 //!   ([`Op::Host`]) takes no GPU time; a user's host function ([`Op::HostFn`]) moves `ready_ns`
 //!   up to when it returned.
@@ -204,27 +201,6 @@ impl Stream {
         }
         inner.cv.notify_all();
         st.enqueued
-    }
-
-    /// Records `rec` on the stream (`cuEventRecord`). On a stream with nothing queued or running
-    /// whose process the device runs now ([`Device::resident_now`]), the record completes here, at
-    /// its enqueue time, as a GPU's front end passes it at once: the stream's thread is not woken
-    /// for it and the model's clock is not held for it. Otherwise it is queued like any op.
-    pub fn record(&self, rec: Arc<Record>) {
-        let mut st = self.inner.state();
-        if st.exec == Exec::Idle
-            && st.queue.is_empty()
-            && !st.closing
-            && self.inner.device.resident_now()
-        {
-            st.enqueued += 1;
-            st.completed += 1;
-            drop(st);
-            rec.complete(rec.queued_ns());
-            return;
-        }
-        drop(st);
-        self.enqueue(vec![Op::Record(rec)]);
     }
 
     /// Blocks until the ops up to sequence number `seq` are done.
@@ -537,32 +513,6 @@ mod tests {
             end.timestamp().unwrap() - start.timestamp().unwrap(),
             4 * MS
         );
-        stream.close();
-    }
-
-    #[test]
-    fn a_record_on_an_idle_stream_completes_at_once_without_the_streams_thread() {
-        let dir = TempDir::new("idle-record");
-        let device = device_without_holds(&dir.0);
-        let stream = Stream::new(device.clone()).unwrap();
-        let event = crate::event::Event::new(0);
-        // The stream's thread waits for work; a GPU passes a record on an idle stream at once.
-        // Before 2026-12-07 the record waited for that thread to wake (tens of microseconds at
-        // best), so this failed but where the thread won the race.
-        for _ in 0..20 {
-            event.record(&stream);
-            let rec = event.current().unwrap();
-            assert_eq!(rec.timestamp(), Some(rec.queued_ns()));
-            assert!(stream.query());
-        }
-        // Behind queued work, a record waits for it.
-        let queued = now_ns();
-        stream.enqueue(vec![kernel(MS, queued)]);
-        event.record(&stream);
-        let rec = event.current().unwrap();
-        assert_eq!(rec.timestamp(), None);
-        stream.synchronize();
-        assert!(rec.timestamp().unwrap() >= queued + MS);
         stream.close();
     }
 }

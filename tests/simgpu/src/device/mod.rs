@@ -148,19 +148,6 @@ impl Device {
         self.knobs
     }
 
-    /// Whether this process's work runs on the device now without waiting for a time slice:
-    /// always under MPS; under time-slicing while no other process holds a slot on it (one that
-    /// takes a slot meanwhile has nothing in the model yet).
-    pub fn resident_now(&self) -> bool {
-        self.knobs.mode() == crate::Mode::Mps
-            || self
-                .shm
-                .slots
-                .iter()
-                .enumerate()
-                .all(|(i, s)| i == self.slot || s.pid.load(Relaxed) == 0)
-    }
-
     /// This process's MPS share in percent.
     pub fn process_share(&self) -> u32 {
         self.process_share
