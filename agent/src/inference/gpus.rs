@@ -207,11 +207,15 @@ impl Gpus {
     }
 
     /// Where a close of another timeline predicts the end of `who`'s open bubble `b` (a position
-    /// learnt from its start too) more steadily than its start does ([`super::anchors`]): that
-    /// end, shortest recent end and spread replace those measured from the start, and of the ops
-    /// in flight only what their partners say of their transfers bounds it (the waits learnt at
-    /// their positions, measured from their begins or issues, carry the same upstream jitter as
-    /// the bubble's length from its start).
+    /// learnt from its start too) more steadily than its start does, or with more confidence
+    /// ([`super::anchors`]): that end, shortest recent end and spread replace those measured from
+    /// the start, the bubble is trusted as much as the anchor is, and of the ops in flight only
+    /// what their partners say of their transfers bounds it (the waits learnt at their positions,
+    /// measured from their begins or issues, carry the same upstream jitter as the bubble's length
+    /// from its start). Until 2026-12-07 an anchor set the end and kept the length's confidence:
+    /// a bubble whose length from its start varies with its upstream stage (torchtitan's ZBV job:
+    /// the later stages' first bubbles of an iteration, 6-12 ms, their ends 10.5 ms after the
+    /// stage before resumed) stayed below the grants' bar however steady its anchor.
     fn anchor(&self, who: (u32, GpuId), tl: &Timeline, b: &mut OpenBubble) {
         if b.predicted_end.is_none() {
             return;
@@ -219,13 +223,14 @@ impl Gpus {
         let Some(a) = self
             .anchors
             .predict(who, tl)
-            .filter(|a| a.spread_ns < b.spread_ns)
+            .filter(|a| a.spread_ns < b.spread_ns || a.confidence > b.confidence)
         else {
             return;
         };
         b.predicted_end = Some(a.end);
         b.shortest_end = Some(a.shortest_end);
         b.spread_ns = a.spread_ns;
+        b.confidence = b.confidence.max(a.confidence);
         b.busy_from = tl.busy_known();
     }
 

@@ -244,7 +244,7 @@ impl Values {
 }
 
 /// Whether `x` is within [`NEAR_SHARE`] of `c`: the same bubble.
-fn near(x: Ns, c: Ns) -> bool {
+pub(super) fn near(x: Ns, c: Ns) -> bool {
     x.abs_diff(c) as f64 <= NEAR_SHARE * c.max(1) as f64
 }
 
