@@ -6,14 +6,21 @@
 //! it is where a compute stream may stall on communication), and whether that op has already
 //! ended (then the wait cannot hold its stream and is not timed).
 //!
-//! Hook path: fixed direct-mapped tables of seqlocked slots, no allocation, no lock, no system
-//! call. A slot is keyed by the handle; two handles that map to one slot replace each other (the
-//! older is forgotten: its op key reads 0, "none seen"), and a writer that finds a slot being
-//! written by another thread skips its write. Both only lose an op key, never invent one.
+//! Hook path: fixed tables of seqlocked slots, no allocation, no lock, no system call. A handle
+//! lives in one of [`PROBES`] consecutive slots from its hash: its own if it has one, else the
+//! first free one; only when all of them hold other handles does it replace the first (that older
+//! handle is forgotten: its op key reads 0, "none seen"). A writer that finds a slot being written
+//! by another thread, or taken by another handle meanwhile, skips its write. Both only lose an op
+//! key, never invent one. Until 2026-12-07 a handle had one slot: two comm streams of a process
+//! that hashed alike replaced each other for the process's life, and every wait on one of them
+//! read as following no communication (by the tables' sizes, about 1 run in 250 of a program with
+//! two comm streams; it failed `stream_waits`'s two-GPU test once on 2026-12-07).
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 const STREAM_SLOTS: usize = 256;
 const EVENT_SLOTS: usize = 1024;
+/// Slots a handle may live in, from its hash on.
+const PROBES: usize = 4;
 
 struct Slot {
     /// Even: stable; odd: being written.
@@ -58,11 +65,41 @@ fn lock(s: &Slot) -> Option<u32> {
     Some(seq)
 }
 
-/// Stored keys are the handle + 1, so that handle 0 (the legacy default stream) is a key.
+/// The slot holding handle `h`'s entry, if one does. Stored keys are the handle + 1, so that
+/// handle 0 (the legacy default stream) is a key and 0 means a free slot.
+#[inline(always)]
+fn find(t: &[Slot], h: u64) -> Option<&Slot> {
+    let i = index(h, t.len());
+    (0..PROBES)
+        .map(|p| &t[(i + p) % t.len()])
+        .find(|s| s.key.load(Ordering::Relaxed) == h.wrapping_add(1))
+}
+
+/// The slot for a new entry of handle `h`: its own, else the first free one, else the first
+/// (another handle's, which it replaces).
+#[inline(always)]
+fn place(t: &[Slot], h: u64) -> &Slot {
+    let i = index(h, t.len());
+    let probe = |p: usize| &t[(i + p) % t.len()];
+    find(t, h)
+        .or_else(|| {
+            (0..PROBES)
+                .map(probe)
+                .find(|s| s.key.load(Ordering::Relaxed) == 0)
+        })
+        .unwrap_or_else(|| probe(0))
+}
+
 #[inline(always)]
 fn write(t: &[Slot], h: u64, [a, b, c]: [u64; 3]) {
-    let s = &t[index(h, t.len())];
+    let s = place(t, h);
+    let before = s.key.load(Ordering::Relaxed);
     let Some(seq) = lock(s) else { return };
+    // Another handle took the slot between the look and the lock: skip (an op key lost).
+    if s.key.load(Ordering::Relaxed) != before {
+        s.seq.store(seq, Ordering::Release);
+        return;
+    }
     s.key.store(h.wrapping_add(1), Ordering::Relaxed);
     s.a.store(a, Ordering::Relaxed);
     s.b.store(b, Ordering::Relaxed);
@@ -74,7 +111,7 @@ fn write(t: &[Slot], h: u64, [a, b, c]: [u64; 3]) {
 /// `check` (checked and written under the slot's lock: no other writer in between).
 #[inline(always)]
 fn update_b(t: &[Slot], h: u64, check: impl FnOnce(u64) -> bool, b: u64) {
-    let s = &t[index(h, t.len())];
+    let Some(s) = find(t, h) else { return };
     let Some(seq) = lock(s) else { return };
     if s.key.load(Ordering::Relaxed) == h.wrapping_add(1) && check(s.a.load(Ordering::Relaxed)) {
         s.b.store(b, Ordering::Relaxed);
@@ -84,7 +121,7 @@ fn update_b(t: &[Slot], h: u64, check: impl FnOnce(u64) -> bool, b: u64) {
 
 #[inline(always)]
 fn read(t: &[Slot], h: u64) -> Option<[u64; 3]> {
-    let s = &t[index(h, t.len())];
+    let s = find(t, h)?;
     for _ in 0..4 {
         let s1 = s.seq.load(Ordering::Acquire);
         if s1 & 1 == 1 {
@@ -187,5 +224,35 @@ mod tests {
         recorded(0x5500_0000_0040, 3, 0, 0);
         assert_eq!(last_record(0x5500_0000_0040), Some((3, 0, 0)));
         assert_eq!(last_record(0x5500_0000_0080), None);
+    }
+
+    #[test]
+    fn handles_that_hash_alike_keep_their_own_entries() {
+        // A table of its own (the global ones are shared with the other tests).
+        let t: [Slot; 64] = [SLOT_INIT; 64];
+        let first = 0x7f00_0000_1000u64;
+        let alike: Vec<u64> = (1..)
+            .map(|k| first + k * 0x40)
+            .filter(|&h| index(h, t.len()) == index(first, t.len()))
+            .take(PROBES)
+            .collect();
+        write(&t, first, [1, 0, 0]);
+        for (k, &h) in alike[..PROBES - 1].iter().enumerate() {
+            write(&t, h, [k as u64 + 2, 0, 0]);
+        }
+        // All four are there (one slot each would have kept only the last).
+        assert_eq!(read(&t, first), Some([1, 0, 0]));
+        for (k, &h) in alike[..PROBES - 1].iter().enumerate() {
+            assert_eq!(read(&t, h), Some([k as u64 + 2, 0, 0]));
+        }
+        // A handle's own entry is rewritten in place, and updated there.
+        write(&t, alike[1], [9, 0, 0]);
+        update_b(&t, alike[1], |a| a == 9, 0xe0);
+        assert_eq!(read(&t, alike[1]), Some([9, 0xe0, 0]));
+        // A fifth replaces the first slot's (its op key lost, never another's read as its own).
+        write(&t, alike[PROBES - 1], [5, 0, 0]);
+        assert_eq!(read(&t, alike[PROBES - 1]), Some([5, 0, 0]));
+        assert_eq!(read(&t, first), None);
+        assert_eq!(read(&t, alike[0]), Some([2, 0, 0]));
     }
 }
