@@ -241,9 +241,11 @@ fn allreduce_lengthens_the_iteration_but_its_transfer_is_busy() {
 }
 
 /// With transfer times and an all-reduce, the run follows the discrete-event model it reports.
+/// Retried like the table's rows ([`check`]): a clean CI clone once ran it 16 % over the model in
+/// a slow spell of the shared host, while a wrong model misses every time.
 #[test]
 fn transfers_follow_the_model() {
-    let v = run_json(&[
+    let args = [
         "--schedule",
         "zbh1",
         "--stages",
@@ -256,14 +258,21 @@ fn transfers_follow_the_model() {
         "5",
         "--style",
         "blocking",
-    ]);
-    let it = v["iteration_ms"].as_f64().unwrap();
-    let model = v["model"]["iteration_ms"].as_f64().unwrap();
-    // Model: 4·30 + 3·10 idle + the transfers on the critical path + 5 ms all-reduce.
-    assert!(model > 160.0, "model {model}");
-    assert!(
-        (it - model).abs() <= 0.08 * model,
-        "iteration {it} ms, model {model} ms"
+    ];
+    freeride_tests::timing_check(
+        5,
+        |n| Duration::from_secs(2 * n.min(4) as u64),
+        || {
+            let v = run_json(&args);
+            let it = v["iteration_ms"].as_f64().unwrap();
+            let model = v["model"]["iteration_ms"].as_f64().unwrap();
+            // Model: 4·30 + 3·10 idle + the transfers on the critical path + 5 ms all-reduce.
+            assert!(model > 160.0, "model {model}");
+            if (it - model).abs() > 0.08 * model {
+                return Err(format!("iteration {it} ms, model {model} ms"));
+            }
+            Ok(())
+        },
     );
 }
 
