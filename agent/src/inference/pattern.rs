@@ -2,8 +2,8 @@
 //! learnt at each position of it: the lengths of the bubbles learnt at an op (see [`Part`]) and how
 //! long the op waits for its peers before it transfers.
 //!
-//! Ops are compared by (communicator, kind, peer, log2 size bucket); a neighbouring bucket is a
-//! near-match (sizes vary between iterations). Every new op is aligned with the recent history by
+//! Ops are compared by (communicator, kind, peer, and for a collective its log2 size bucket: see
+//! [`Key`]); a neighbouring bucket is a near-match (sizes vary between iterations). Every new op is aligned with the recent history by
 //! an incremental local alignment of the sequence with itself (Smith-Waterman, one row per op,
 //! indexed by the lag between the aligned ops): the op's *predecessor* is the earlier op whose
 //! preceding context matches best. Insertions (an extra collective), deletions (a missing op),
