@@ -58,10 +58,10 @@
 //! peers' threads have said when they arrived: often after the clock has passed the transfer's
 //! end (a median 0.25 ms, p90 1 ms in a run of the ZBV job with 8 ranks on 2 cores). It is settled
 //! in the past ([`Sched::report_transfer`]), and its stream's next work, due at its end, is held
-//! for at the clock from then on. The work of other streams that waits for it (through an event)
-//! still starts at the clock, not at the transfer's end: the test bed shows idle time there that
-//! a GPU would not have, and no detector can see (the fix would be to bound each device's clock
-//! by its peers' clocks, per channel; not built).
+//! for at the clock from then on. Work that a stream's thread submits after the clock passed the
+//! time its stream reached it (a kernel that waited, through an event, for such a transfer) starts
+//! then where the model can tell what it did since (`late`: a communication kernel always, a
+//! compute kernel if no compute ran on the device meanwhile).
 //!
 //! A GPU knows the work queued on a stream from the moment the host launches it, and runs it
 //! back to back whatever the host does next. So a kernel queued behind another kernel of its
@@ -72,6 +72,7 @@
 //! froze its whole device between two queued kernels for up to [`Knobs::hold_ns`] of real time,
 //! trainers included, which a GPU never does.
 mod history;
+mod late;
 mod share;
 mod step;
 mod timeslice;
@@ -235,6 +236,8 @@ pub struct Sched {
     pub knobs: Knobs,
     /// Everything before it is settled.
     pub clock_ns: u64,
+    /// Since when no compute kernel has run (u64::MAX: one runs); see [`Sched::start_in_past`].
+    pub compute_quiet_since_ns: u64,
     /// Real time as holds age (see the module's doc).
     pub hold_age_ns: u64,
     /// The real time of the model's latest visit (0: none yet).
@@ -317,8 +320,14 @@ impl Sched {
     }
 
     /// Puts a kernel in the model (and clears its stream's hold, in the same step). None when the
-    /// table is full (the hold stays).
+    /// table is full (the hold stays). One whose stream reached it before the clock starts then
+    /// where it could have ([`Sched::start_in_past`]).
     pub fn submit(&mut self, s: &Submit) -> Option<EntryId> {
+        self.submit_placed(s, true)
+    }
+
+    /// [`Sched::submit`]; `may_start_in_past`: `s.ready_ns` is when its stream reached it.
+    fn submit_placed(&mut self, s: &Submit, may_start_in_past: bool) -> Option<EntryId> {
         let index = self.entries.iter().position(|e| e.state == FREE)?;
         self.clear_hold(s.stream_key);
         let seq = self.next_seq;
@@ -375,6 +384,8 @@ impl Sched {
             e.flags |= STARTED;
             e.start_ns = t;
             e.end_ns = t;
+        } else if may_start_in_past && s.ready_ns < self.clock_ns {
+            self.start_in_past(index, s.ready_ns);
         }
         Some(EntryId {
             index: index as u32,
@@ -393,10 +404,15 @@ impl Sched {
             Some(p) if p.state == DONE => s.ready_ns.max(p.end_ns),
             _ => s.ready_ns,
         };
-        let id = self.submit(&Submit {
-            ready_ns: ready,
-            ..*s
-        })?;
+        // Its stream reached it when `after` ended, if that is known; not if `after` is gone.
+        let known = pred.is_some_and(|p| p.state == DONE);
+        let id = self.submit_placed(
+            &Submit {
+                ready_ns: ready,
+                ..*s
+            },
+            known,
+        )?;
         if pred.is_some_and(|p| p.state == ACTIVE) {
             let e = &mut self.entries[id.index as usize];
             e.after = after.index + 1;

@@ -22,6 +22,7 @@ impl Sched {
             self.decide(t);
         }
         self.assign(t);
+        self.note_compute(t);
         // Kernels with nothing left end as soon as they run (zero-length kernels, a transfer whose
         // data is already there).
         let due = self.end_due(t, real_now);

@@ -476,11 +476,15 @@ fn a_chained_kernel_waits_for_its_own_launch_and_its_predecessor() {
     assert_eq!(s.predict(b, Until::Done), Some(5 * MS));
     s.advance(10 * MS);
     assert_eq!(s.take_done(b).map(|d| d.start_ns), Some(4 * MS));
-    // Behind a kernel that has already ended: from that end, or the clock if later.
+    // Behind a kernel that has already ended: from that end (nothing ran since: see
+    // a_late_kernel_starts_where_its_stream_reached_it_if_the_device_was_free).
     let c = s.submit(&kernel(0, 1, MS, 10 * MS)).unwrap();
     s.advance(30 * MS);
     let d = s.submit_after(&kernel(0, 1, MS, 0), c).unwrap();
-    assert_eq!(run(&mut s, d), (30 * MS, 31 * MS));
+    assert_eq!(
+        s.take_done(d).map(|d| (d.start_ns, d.end_ns)),
+        Some((11 * MS, 12 * MS))
+    );
     // Behind a communication kernel: from the end its body reports, even one in the past.
     let x = s.submit(&comm(0, 2, 31 * MS)).unwrap();
     let y = s.submit_after(&kernel(0, 2, MS, 0), x).unwrap();
@@ -491,4 +495,45 @@ fn a_chained_kernel_waits_for_its_own_launch_and_its_predecessor() {
     s.report_transfer(x, 32 * MS, 2 * MS, 0, None);
     assert_eq!(run(&mut s, y), (40 * MS, 41 * MS));
     assert_eq!(s.take_done(x).map(|d| d.end_ns), Some(34 * MS));
+}
+
+#[test]
+fn a_late_kernel_starts_where_its_stream_reached_it_if_the_device_was_free() {
+    let mut s = Sched::new(knobs(Mode::Mps));
+    let a = s.submit(&kernel(0, 1, MS, 0)).unwrap();
+    assert_eq!(run(&mut s, a), (0, MS));
+    // Its stream's thread comes at 4 ms with a kernel due at 1 ms (when a ended): nothing ran
+    // since, so it ran from 1 ms, and ended at 2 ms, before the clock: done at once, and the
+    // stream's next work is held for at the clock.
+    s.advance(4 * MS);
+    let b = s
+        .submit(&Submit {
+            hold_after: true,
+            ..kernel(0, 1, MS, MS)
+        })
+        .unwrap();
+    assert_eq!(
+        s.take_done(b).map(|d| (d.start_ns, d.end_ns)),
+        Some((MS, 2 * MS))
+    );
+    assert!(s.has_hold(1));
+    // One of 3 ms due at 3.5 ms: 0.5 ms of it ran before the clock, the rest runs from it.
+    s.advance(4 * MS);
+    let c = s.submit(&kernel(0, 1, 3 * MS, 3_500 * US)).unwrap();
+    assert_eq!(run(&mut s, c), (3_500 * US, 6_500 * US));
+    // Another process's kernel ran meanwhile: the SMs of the past were its; from the clock.
+    let side = s.submit(&kernel(1, 2, MS, 6_500 * US)).unwrap();
+    assert_eq!(run(&mut s, side), (6_500 * US, 7_500 * US));
+    s.advance(9 * MS);
+    let d = s.submit(&kernel(0, 1, MS, 7 * MS)).unwrap();
+    assert_eq!(run(&mut s, d), (9 * MS, 10 * MS));
+    // A communication kernel takes no SMs: it waits for its peers from when its stream reached it.
+    s.advance(12 * MS);
+    let r = s.submit(&comm(0, 3, 10 * MS)).unwrap();
+    assert_eq!(s.entry(r).map(|e| e.start_ns), Some(10 * MS));
+    s.report_transfer(r, 11 * MS, 500 * US, 0, None);
+    assert_eq!(
+        s.take_done(r).map(|d| (d.start_ns, d.end_ns)),
+        Some((10 * MS, 11_500 * US))
+    );
 }
