@@ -55,14 +55,8 @@ impl Sched {
                 e.eligible_ns = start;
                 match settled {
                     Ok(end) => {
-                        e.state = DONE;
-                        e.end_ns = end;
-                        e.work = 0.0;
-                        let (hold, key, slot) = (e.is(HOLD_AFTER), e.stream_key, e.slot);
                         self.compute_quiet_since_ns = end;
-                        if hold {
-                            self.set_hold(key, slot, clock, self.visited_real_ns);
-                        }
+                        self.ended_in_past(index, end);
                     }
                     Err(left) => {
                         e.work = (left * rate).max(EPS);
@@ -71,6 +65,21 @@ impl Sched {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Entry `index` ended at `end`, before the clock: done, its chained kernels released, and
+    /// its stream's next work, due at `end`, held for at the clock (as a record that takes its
+    /// time in the past is).
+    pub(super) fn ended_in_past(&mut self, index: usize, end: u64) {
+        let e = &mut self.entries[index];
+        e.state = DONE;
+        e.end_ns = end;
+        e.work = 0.0;
+        let (hold, key, slot) = (e.is(HOLD_AFTER), e.stream_key, e.slot);
+        self.release_after(index);
+        if hold {
+            self.set_hold(key, slot, self.clock_ns, self.visited_real_ns);
         }
     }
 

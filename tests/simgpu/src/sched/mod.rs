@@ -632,18 +632,7 @@ impl Sched {
         e.eager_end_ns = eager_end;
         (e.mid_start_ns, e.mid_end_ns) = mid.unwrap_or((0, 0));
         match settled {
-            Ok(end) => {
-                e.state = DONE;
-                e.end_ns = end;
-                e.work = 0.0;
-                let (hold, key, slot) = (e.is(HOLD_AFTER), e.stream_key, e.slot);
-                self.release_after(id.index as usize);
-                // Its stream's next work was due at `end`, in the past: hold the clock where it
-                // is for it, as a record that takes its time in the past does.
-                if hold {
-                    self.set_hold(key, slot, clock, self.visited_real_ns);
-                }
-            }
+            Ok(end) => self.ended_in_past(id.index as usize, end),
             Err(left) => e.work = left,
         }
     }
