@@ -537,3 +537,32 @@ fn a_late_kernel_starts_where_its_stream_reached_it_if_the_device_was_free() {
         Some((10 * MS, 11_500 * US))
     );
 }
+
+#[test]
+fn under_time_slicing_late_work_starts_in_the_past_only_while_its_process_was_resident() {
+    let mut s = Sched::new(knobs(Mode::Timeslice));
+    // The trainer alone, resident: its late kernel (due at 1 ms, submitted at 3 ms) ran from 1 ms.
+    let a = s.submit(&kernel(0, 1, MS, 0)).unwrap();
+    assert_eq!(run(&mut s, a), (0, MS));
+    s.advance(3 * MS);
+    let b = s.submit(&kernel(0, 1, MS, MS)).unwrap();
+    assert_eq!(
+        s.take_done(b).map(|d| (d.start_ns, d.end_ns)),
+        Some((MS, 2 * MS))
+    );
+    // A side task takes the device at 3 ms (the trainer had nothing left: it gave the device up
+    // at once) for a 1 ms kernel, then has nothing left either and gives it up.
+    let side = s.submit(&kernel(1, 2, MS, 3 * MS)).unwrap();
+    assert_eq!(run(&mut s, side), (3 * MS + 25 * US, 4 * MS + 25 * US));
+    s.advance(6 * MS);
+    // Submitted at 6 ms: a receive due at 2.5 ms waits (spinning, on the device) from then, when
+    // the trainer was resident; one due at 3.5 ms from the clock (the trainer has not been
+    // resident since: nothing says when it would have got the device back).
+    let r = s.submit(&comm(0, 3, 2_500 * US)).unwrap();
+    assert_eq!(s.entry(r).map(|e| e.start_ns), Some(2_500 * US));
+    let r2 = s.submit(&comm(0, 4, 3_500 * US)).unwrap();
+    assert!(s.entry(r2).is_some_and(|e| !e.is(STARTED)));
+    // The side task's kernel ran since 3.5 ms: a compute kernel due then starts at the clock.
+    let c = s.submit(&kernel(0, 1, MS, 3_500 * US)).unwrap();
+    assert_eq!(run(&mut s, c).0, 6 * MS + 25 * US);
+}
