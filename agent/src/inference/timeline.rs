@@ -551,7 +551,18 @@ impl Timeline {
             } else if self.nothing_moved.len() < MAX_TRANSFERS {
                 self.nothing_moved.push((t, (pos, 2)));
             }
-            if let Some(d) = duration {
+            // Its wait is what its transfer leaves of its duration, once something bounds the
+            // transfer: what its kind on its communicator was learnt to take, or the begins of
+            // all its partners. A receive that ended before its sender's begin was read, on a
+            // communicator whose transfers nothing has bounded yet, may have moved data for its
+            // whole duration: its wait is unknown, not 0. Learnt as 0 (until 2026-12-07), it
+            // stayed the shortest at its position for the next three iterations, and the
+            // bubbles that waited on those receives were granted nothing past the receives'
+            // begins (torchtitan's ZBV job: its warm-up's first receives, read before their
+            // senders' begins on 2 cores).
+            let bounded = self.transfers.estimate(&sig, None).is_some()
+                || partners.is_some_and(|f| f.others.is_some());
+            if let Some(d) = duration.filter(|_| bounded) {
                 self.pattern.record(pos, WAIT, d.saturating_sub(tr));
             }
         } else if let Some(d) = duration {

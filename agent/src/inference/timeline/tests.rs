@@ -932,3 +932,66 @@ fn a_drain_mark_says_when_compute_queued_before_a_blocking_call_ran() {
     assert_eq!(open, None);
     assert_eq!(closed, vec![]);
 }
+
+#[test]
+fn a_receive_whose_transfer_nothing_bounds_teaches_no_wait() {
+    // An all-reduce, then a receive posted 9 ms before its sender begins that moves its data in
+    // its last 0.5 ms, every iteration. In the first two, the receive ends before its sender's
+    // begin was read, and nothing of its communicator's transfers was learnt yet: it may have
+    // moved data for its whole duration, so its wait is unknown. Learnt as 0, that wait would
+    // stay the shortest at the position and hold the next receives to transferring from their
+    // begins. From the third iteration on its sender's begin is read in time, and the wait it
+    // teaches (9 ms) bounds the next receive's transfer.
+    let all_reduce = CommSig {
+        comm: 2,
+        kind: CommKind::AllReduce,
+        peer: -1,
+        ..recv()
+    };
+    let mut tl = Timeline::new();
+    for k in 0..5u64 {
+        let (t0, id) = (k * 20_000_000, k + 1);
+        learn_op(&mut tl, 1000 + k, t0 + 100, all_reduce, 100);
+        feed(
+            &mut tl,
+            &[
+                Obs::Launch {
+                    t: t0 + 1_000,
+                    stream: C,
+                },
+                Obs::CommIssue {
+                    t: t0 + 2_000,
+                    id,
+                    stream: P2P,
+                    sig: recv(),
+                },
+                Obs::CommBegin {
+                    id,
+                    t: t0 + 500_000,
+                    seen: t0 + 510_000,
+                },
+            ],
+        );
+        let busy_from = tl.open_now().and_then(|b| b.busy_from).map(|b| b - t0);
+        // Nothing learnt yet: from its begin (conservative); then from the wait learnt.
+        let want = if k < 3 { 500_000 } else { 9_500_000 };
+        assert_eq!(busy_from, Some(want), "iteration {k}");
+        let sent = t0 + 9_500_000;
+        let floor = if k < 2 {
+            // Only its own begin was read: no bound on its transfer.
+            Floor {
+                t: t0 + 500_000,
+                others: None,
+                remote: None,
+            }
+        } else {
+            Floor {
+                t: sent,
+                others: Some(sent),
+                remote: None,
+            }
+        };
+        tl.transfer_floor(id, floor);
+        ended(&mut tl, id, t0 + 10_000_000);
+    }
+}
