@@ -584,6 +584,31 @@ fn a_wait_queued_after_a_record_does_not_hold_what_waits_for_the_record() {
     assert_eq!((open.start, open.busy_from), (5_000, Some(5_000)));
 }
 
+/// An iteration from `t0`: compute launched 1 µs in, then op `id` of `sig` issued 2 µs in, begun
+/// `begin` in (read 10 µs later).
+fn compute_then_op(tl: &mut Timeline, t0: Ns, id: u64, sig: CommSig, begin: Ns) {
+    feed(
+        tl,
+        &[
+            Obs::Launch {
+                t: t0 + 1_000,
+                stream: C,
+            },
+            Obs::CommIssue {
+                t: t0 + 2_000,
+                id,
+                stream: P2P,
+                sig,
+            },
+            Obs::CommBegin {
+                id,
+                t: t0 + begin,
+                seen: t0 + begin + 10_000,
+            },
+        ],
+    );
+}
+
 #[test]
 fn the_idle_time_after_an_op_that_moved_nothing_is_learnt_at_its_end() {
     // An all-reduce the GPU stays idle across: in the first iterations its partners say it
@@ -601,26 +626,7 @@ fn the_idle_time_after_an_op_that_moved_nothing_is_learnt_at_its_end() {
     for k in 0..8u64 {
         let (t0, id) = (k * 10_000_000, k + 1);
         let moved = k < 4;
-        feed(
-            &mut tl,
-            &[
-                Obs::Launch {
-                    t: t0 + 1_000,
-                    stream: C,
-                },
-                Obs::CommIssue {
-                    t: t0 + 2_000,
-                    id,
-                    stream: P2P,
-                    sig: all_reduce,
-                },
-                Obs::CommBegin {
-                    id,
-                    t: t0 + 100_000,
-                    seen: t0 + 110_000,
-                },
-            ],
-        );
+        compute_then_op(&mut tl, t0, id, all_reduce, 100_000);
         if k == 5 {
             // The part before the end: 0.75-0.8 ms in every iteration.
             let open = tl.open_now().expect("drained before the op");
@@ -952,26 +958,7 @@ fn a_receive_whose_transfer_nothing_bounds_teaches_no_wait() {
     for k in 0..5u64 {
         let (t0, id) = (k * 20_000_000, k + 1);
         learn_op(&mut tl, 1000 + k, t0 + 100, all_reduce, 100);
-        feed(
-            &mut tl,
-            &[
-                Obs::Launch {
-                    t: t0 + 1_000,
-                    stream: C,
-                },
-                Obs::CommIssue {
-                    t: t0 + 2_000,
-                    id,
-                    stream: P2P,
-                    sig: recv(),
-                },
-                Obs::CommBegin {
-                    id,
-                    t: t0 + 500_000,
-                    seen: t0 + 510_000,
-                },
-            ],
-        );
+        compute_then_op(&mut tl, t0, id, recv(), 500_000);
         let busy_from = tl.open_now().and_then(|b| b.busy_from).map(|b| b - t0);
         // Nothing learnt yet: from its begin (conservative); then from the wait learnt.
         let want = if k < 3 { 500_000 } else { 9_500_000 };
