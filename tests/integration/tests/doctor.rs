@@ -7,6 +7,14 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+/// Held while a fake MPS control daemon runs and by the test that wants a node with no problem:
+/// the doctor sees every process of the machine, so that test would see the daemon too.
+static FAKE_DAEMON: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn fake_daemon_lock() -> std::sync::MutexGuard<'static, ()> {
+    FAKE_DAEMON.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 struct Node {
     root: PathBuf,
 }
@@ -130,7 +138,10 @@ fn a_healthy_test_bed_node_has_no_problem() {
     let node = Node::new("healthy");
     let probe = pipesim_probe();
     let args: Vec<&str> = probe.iter().map(String::as_str).collect();
-    let (code, v) = node.doctor(&args, &[]);
+    let (code, v) = {
+        let _no_fake_daemon = fake_daemon_lock();
+        node.doctor(&args, &[])
+    };
     assert_eq!(code, 0, "{v:#}");
     assert_eq!(v["problems"], 0, "{v:#}");
     assert!(
@@ -301,6 +312,21 @@ fn device_nodes_this_user_cannot_open() {
     );
 }
 
+/// Waits until `/proc/PID/cmdline` shows the arguments of the program `pid` executed: spawning
+/// returns once the exec has replaced the child's memory, a moment before the kernel has laid out
+/// its arguments (a scan of /proc in that moment reads an empty command line).
+fn wait_for_its_arguments(pid: u32) {
+    let cmdline = format!("/proc/{pid}/cmdline");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::fs::read(&cmdline).map_or(true, |c| c.is_empty()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{cmdline} still empty after 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 #[test]
 fn mps_half_states() {
     let node = Node::new("mps");
@@ -312,10 +338,13 @@ fn mps_half_states() {
         "mps",
         &["no nvidia-cuda-mps-control runs", "stale"],
     );
-    // A process named like the control daemon (a copy of sleep).
+    // A process named like the control daemon: sleep run through a link of that name (a copy
+    // could be "text file busy" while another test's child, forked meanwhile, holds it open).
     let fake = node.path("nvidia-cuda-mps-control");
-    std::fs::copy("/bin/sleep", &fake).unwrap();
+    std::os::unix::fs::symlink("/bin/sleep", &fake).unwrap();
+    let _fake_daemon = fake_daemon_lock();
     let mut daemon = Command::new(&fake).arg("30").spawn().unwrap();
+    wait_for_its_arguments(daemon.id());
     let (_, on) = node.doctor(&[], &[]);
     let away = node.path("mps-elsewhere");
     let away = away.to_str().unwrap();
@@ -323,7 +352,9 @@ fn mps_half_states() {
     let _ = daemon.kill();
     let _ = daemon.wait();
     assert!(
-        findings(&on, "mps", "info")[0].starts_with("on: control daemon pid"),
+        findings(&on, "mps", "info")
+            .first()
+            .is_some_and(|f| f.starts_with("on: control daemon pid")),
         "{on:#}"
     );
     let w = findings(&elsewhere, "mps", "warn");
