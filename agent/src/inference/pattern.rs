@@ -44,9 +44,31 @@ pub const WAIT: Part = 3;
 /// The whole bubble that opened at bubble part `p` (0..=2) is learnt at part `WHOLE + p`: from its
 /// start to its end, across the ends of ops that moved nothing inside it, where part `p` learns
 /// only up to the first such end (see `Timeline::moved_nothing`). What is forecast when a bubble
-/// opens.
+/// opens. See [`whole`].
 pub const WHOLE: Part = 4;
-const PARTS: usize = 7;
+/// The bubble that begins when the compute before a wait on the op has drained, where the host
+/// issued no op between that compute and the next (the op was issued before it: a receive that a
+/// backward-input kernel waits on, issued before the weight-gradient kernels queued ahead of
+/// that kernel, as in zero-bubble schedules). Not part 0: the op can also be the first issued
+/// after another compute, and one position learning two bubbles trusts neither.
+pub const AWAITED: Part = 7;
+/// Where the whole of a bubble that opened at [`AWAITED`] is learnt.
+const AWAITED_WHOLE: Part = 8;
+const PARTS: usize = 9;
+
+/// The part that learns the whole bubble opened at bubble part `part` (see [`WHOLE`]).
+pub fn whole(part: Part) -> Part {
+    if part == AWAITED {
+        AWAITED_WHOLE
+    } else {
+        WHOLE + part
+    }
+}
+
+/// Whether `part` learns (part of) a bubble from where it opened: 0..=2 and [`AWAITED`].
+fn opens_a_bubble(part: Part) -> bool {
+    part < WAIT || part == AWAITED
+}
 
 /// What the pattern expects of the bubble that opens at an op.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -723,7 +745,7 @@ impl Pattern {
         // hand: it ends at 59-89 % of the value). Until 2026-12-06 the spread was always the
         // widest band of the same bubble (20 %: grants ended at 59 %).
         let young = self.earlier_occurrences(i) <= YOUNG_OCCURRENCES;
-        let replayed = (vals.n == 1 && part < WAIT && young)
+        let replayed = (vals.n == 1 && opens_a_bubble(part) && young)
             .then(|| self.replaying(i))
             .flatten();
         if let Some(dev) = replayed {

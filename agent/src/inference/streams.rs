@@ -47,6 +47,11 @@ pub enum Window {
         /// The first comm op the host issued after the stream's last launch that ran (where
         /// the bubble is learnt: a position in program order, the same every iteration).
         anchor: Option<OpIndex>,
+        /// The op (its id) that a wait queued right after that launch waits for, if known: where
+        /// the bubble is learnt when the host issued no op between that launch and the next
+        /// (the op was issued before the compute that drained, as ZBV's backward-input waits on
+        /// a receive issued before its weight-gradient kernels).
+        awaited: Option<u64>,
     },
 }
 
@@ -214,11 +219,14 @@ impl Stream {
         let anchor = self.first_op_after(drained);
         let mut held = false;
         let mut release = 0;
+        let mut awaited = None;
         for b in self.blockers.iter().filter(|b| b.at == drained) {
             match b.released {
                 Some(r) => release = release.max(r),
                 None => held = true,
             }
+            // The first wait's op: the one the stream reaches first.
+            awaited = awaited.or(b.op);
         }
         let Some(next) = self.launch_time(drained + 1) else {
             return Window::Idle {
@@ -226,6 +234,7 @@ impl Stream {
                 until: None,
                 blocked: false,
                 anchor,
+                awaited,
             };
         };
         if held {
@@ -234,6 +243,7 @@ impl Stream {
                 until: None,
                 blocked: true,
                 anchor,
+                awaited,
             };
         }
         let until = next.max(release);
@@ -245,6 +255,7 @@ impl Stream {
                 until: Some(until),
                 blocked: false,
                 anchor,
+                awaited,
             }
         }
     }
@@ -268,7 +279,8 @@ mod tests {
                 from: 5_000,
                 until: None,
                 blocked: false,
-                anchor: Some(3)
+                anchor: Some(3),
+                awaited: None
             }
         );
         s.on_launch(7_000);

@@ -26,7 +26,7 @@ use super::bubble::{Bubble, OpenBubble};
 use super::fabric::fabric;
 use super::obs::{CommSig, Ns, Obs, StreamId, SyncOn};
 use super::partners::Floor;
-use super::pattern::{OpIndex, Part, Pattern, WAIT, WHOLE};
+use super::pattern::{whole, OpIndex, Part, Pattern, AWAITED, WAIT};
 use super::streams::{Blocker, Stream, Window};
 use super::transfer::Transfers;
 use in_flight::InFlight;
@@ -94,7 +94,7 @@ struct Open {
     /// ended inside it moving nothing ([`Timeline::moved_nothing`]).
     learn_from: Ns,
     /// Where it opened: `anchor` before any op ended inside it moving nothing. The whole bubble
-    /// is learnt there ([`WHOLE`]).
+    /// is learnt there ([`whole`]).
     origin: Option<(OpIndex, Part)>,
     /// The end predicted when it opened for the whole bubble (what the forecast is scored by).
     forecast: Option<Ns>,

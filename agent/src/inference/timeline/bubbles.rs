@@ -13,11 +13,18 @@ impl Timeline {
                 until,
                 blocked,
                 anchor,
+                awaited,
             } = s.window(now, stale)
             else {
                 return None;
             };
-            let anchor = anchor.map(|a| (a, 0));
+            // Where the host issued no op after the compute that drained, the op the stream
+            // waits for (see [`AWAITED`]).
+            let anchor = anchor.map(|a| (a, 0)).or_else(|| {
+                awaited
+                    .and_then(|id| self.ops.get(&id))
+                    .map(|o| (o.pos, AWAITED))
+            });
             w = Some(match w {
                 None => Idle {
                     from,
@@ -97,8 +104,10 @@ impl Timeline {
                     }
                     None => {
                         o.bubble.blocked = w.blocked;
-                        // Where it belongs became known (the op issued after the compute).
-                        if o.anchor.is_none() && w.anchor.is_some() {
+                        // Where it belongs became known (the op issued after the compute),
+                        // where it had none or only the op waited for.
+                        let stand_in = o.anchor.is_none_or(|(_, p)| p == AWAITED);
+                        if stand_in && w.anchor.is_some_and(|(_, p)| p != AWAITED) {
                             let seen = o.bubble.opened_seen;
                             self.open = Some(self.new_open(w, seen));
                         }
@@ -164,7 +173,7 @@ impl Timeline {
         // The whole bubble where it was learnt whole; else it ends where its first part does.
         let forecast = w
             .anchor
-            .and_then(|(a, part)| self.pattern.predict(a, WHOLE + part))
+            .and_then(|(a, part)| self.pattern.predict(a, whole(part)))
             .map(|p| w.from + p.expected_ns)
             .or(predicted_end);
         Open {
@@ -193,7 +202,7 @@ impl Timeline {
             self.pattern.record(a, part, end - from);
         }
         if let Some((a, part)) = o.origin.filter(|_| end - b.start >= MIN_LEARNT_NS) {
-            self.pattern.record(a, WHOLE + part, end - b.start);
+            self.pattern.record(a, whole(part), end - b.start);
         }
         self.emitted_until = self.emitted_until.max(end);
         // Transfers before what was reported no longer matter.

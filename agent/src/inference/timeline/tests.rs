@@ -982,3 +982,100 @@ fn a_receive_whose_transfer_nothing_bounds_teaches_no_wait() {
         ended(&mut tl, id, t0 + 10_000_000);
     }
 }
+
+/// An iteration from `t0` as a zero-bubble schedule queues it with the host ahead: an
+/// all-reduce, the receive (op `k`), the weight-gradient kernel, then a wait for the receive and
+/// the backward-input kernel behind it: no op is issued between the compute that drains and the
+/// kernel that waits. The weight-gradient kernel drains 2 ms in, the receive ends 8 ms in.
+/// Returns the open bubble once the wait is reached.
+fn weight_then_wait(tl: &mut Timeline, t0: Ns, k: u64) -> Option<OpenBubble> {
+    let all_reduce = CommSig {
+        comm: 2,
+        kind: CommKind::AllReduce,
+        peer: -1,
+        ..recv()
+    };
+    learn_op(tl, 1000 + k, t0 + 100, all_reduce, 100);
+    feed(
+        tl,
+        &[
+            Obs::CommIssue {
+                t: t0 + 1_000,
+                id: k,
+                stream: P2P,
+                sig: recv(),
+            },
+            Obs::EventRecord {
+                t: t0 + 1_100,
+                event: k,
+                stream: P2P,
+            },
+            Obs::Launch {
+                t: t0 + 2_000,
+                stream: C,
+            },
+            Obs::StreamWait {
+                t: t0 + 2_200,
+                stream: C,
+                event: k,
+                wait: k,
+            },
+            Obs::Launch {
+                t: t0 + 2_300,
+                stream: C,
+            },
+            Obs::CommBegin {
+                id: k,
+                t: t0 + 3_000,
+                seen: t0 + 4_000,
+            },
+            Obs::WaitReached {
+                wait: k,
+                t: t0 + 2_000_000,
+                seen: t0 + 2_010_000,
+            },
+        ],
+    );
+    let open = tl.open_now();
+    feed(
+        tl,
+        &[
+            Obs::CommEnd {
+                id: k,
+                t: t0 + 8_000_000,
+                seen: t0 + 8_010_000,
+            },
+            Obs::WaitReleased {
+                wait: k,
+                t: t0 + 8_000_000,
+                seen: t0 + 8_010_000,
+            },
+        ],
+    );
+    open
+}
+
+#[test]
+fn a_bubble_with_no_op_issued_after_its_compute_is_learnt_at_the_op_it_waits_for() {
+    let mut tl = Timeline::new();
+    learn_transfer(&mut tl);
+    let mut opened = vec![];
+    for k in 1..=5 {
+        opened.push(weight_then_wait(&mut tl, k * 20_000_000, k));
+    }
+    // The last iteration's bubble: from the drain to the receive's transfer (its last 50 ns).
+    let t0 = 5 * 20_000_000;
+    let closed: Vec<_> = tl.take_closed().iter().map(|b| (b.start, b.end)).collect();
+    assert_eq!(closed, vec![(t0 + 2_000_000, t0 + 7_999_950)]);
+    // Learnt at the receive it waits for: predicted from the third iteration on, trusted from the
+    // fourth (before, the bubble had no position, as nothing was issued after the compute that
+    // drained, and no iteration ever predicted it).
+    assert_eq!(opened[1].and_then(|b| b.predicted_end), None);
+    assert_eq!(
+        opened[2].and_then(|b| b.predicted_end),
+        Some(3 * 20_000_000 + 7_999_950)
+    );
+    let last = opened[4].expect("the wait holds the compute stream");
+    assert_eq!(last.predicted_end, Some(t0 + 7_999_950), "{last:?}");
+    assert!(last.confidence >= 0.5, "{last:?}");
+}
