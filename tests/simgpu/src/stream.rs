@@ -110,6 +110,11 @@ struct State {
     chained: VecDeque<EntryId>,
     enqueued: u64,
     completed: u64,
+    /// The lowest `completed` some host thread waits for (synchronize, a full launch queue);
+    /// `u64::MAX`: none. The executor wakes them only once it is reached: a real GPU does not
+    /// wake a host thread at every op it completes, and on a small machine those wake-ups took
+    /// the CPU from the simulated GPUs' own threads.
+    wanted: u64,
     closing: bool,
     exec: Exec,
 }
@@ -120,12 +125,26 @@ struct Inner {
     key: u64,
     depth: usize,
     state: Mutex<State>,
-    cv: Condvar,
+    /// The executor waits here for ops (or for the stream's close).
+    work: Condvar,
+    /// Host threads wait here for completions (see [`State::wanted`]).
+    done: Condvar,
 }
 
 impl Inner {
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits (once) for the executor to report completions, asking to be woken when `seq` ops
+    /// are done.
+    fn await_completed<'a>(
+        &self,
+        mut st: MutexGuard<'a, State>,
+        seq: u64,
+    ) -> MutexGuard<'a, State> {
+        st.wanted = st.wanted.min(seq);
+        self.done.wait(st).unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -155,10 +174,12 @@ impl Stream {
                 chained: VecDeque::new(),
                 enqueued: 0,
                 completed: 0,
+                wanted: u64::MAX,
                 closing: false,
                 exec: Exec::Idle,
             }),
-            cv: Condvar::new(),
+            work: Condvar::new(),
+            done: Condvar::new(),
         });
         let exec = inner.clone();
         std::thread::Builder::new()
@@ -184,7 +205,8 @@ impl Stream {
         let inner = &self.inner;
         let mut st = inner.state();
         while (st.enqueued - st.completed) as usize >= inner.depth && !st.closing {
-            st = inner.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+            let seq = st.enqueued + 1 - inner.depth as u64;
+            st = inner.await_completed(st, seq);
         }
         let was_empty = st.queue.is_empty();
         st.enqueued += ops.len() as u64;
@@ -199,7 +221,7 @@ impl Stream {
             }
             _ => {}
         }
-        inner.cv.notify_all();
+        inner.work.notify_one();
         st.enqueued
     }
 
@@ -207,7 +229,7 @@ impl Stream {
     pub fn wait_for(&self, seq: u64) {
         let mut st = self.inner.state();
         while st.completed < seq {
-            st = self.inner.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+            st = self.inner.await_completed(st, seq);
         }
     }
 
@@ -226,7 +248,8 @@ impl Stream {
     /// Lets the executor finish the queued work and then exit (`cuStreamDestroy`).
     pub fn close(&self) {
         self.inner.state().closing = true;
-        self.inner.cv.notify_all();
+        self.inner.work.notify_all();
+        self.inner.done.notify_all();
     }
 
     /// Whether two handles name the same stream.
@@ -262,12 +285,17 @@ fn executor(inner: Arc<Inner>) {
                 if st.closing {
                     return;
                 }
-                st = inner.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+                st = inner.work.wait(st).unwrap_or_else(|e| e.into_inner());
             }
         };
         ready_ns = execute(&inner, op, chained, ready_ns, next_is_kernel);
-        inner.state().completed += 1;
-        inner.cv.notify_all();
+        let mut st = inner.state();
+        st.completed += 1;
+        if st.completed >= st.wanted {
+            // Every waiter wakes; those still short of their op say so again.
+            st.wanted = u64::MAX;
+            inner.done.notify_all();
+        }
     }
 }
 
