@@ -36,6 +36,9 @@ const MAX_EVENTS: usize = 32;
 /// No anchored spread is taken below this: the GPU times of two records are each a few
 /// microseconds off, and two values alike by chance say little more than that.
 const SPREAD_FLOOR_NS: Ns = 50_000;
+/// The spread taken for a lone offset that follows a longer one set aside ([`Offsets::stats`]),
+/// as a share of it.
+const LONE_SPREAD_SHARE: Ns = 10;
 /// Predecessors walked past positions that learnt nothing.
 const WALK: usize = 4;
 
@@ -102,9 +105,20 @@ impl Offsets {
 
     /// (median, shortest of the newest few, mean deviation from the median, how many) of the
     /// values kept ([`Offsets::kept`]; the shortest is of all the newest, kept or not), `None`
-    /// while fewer than [`MIN_VALUES`] are kept.
+    /// while fewer than [`MIN_VALUES`] are kept, but for a position's second value that is
+    /// shorter than its first, which was set aside: a job's first iteration is slower than the
+    /// rest (kernels compiled, tuned, memory allocated), and until a third iteration the second
+    /// value was all there was to predict from, so the iteration after it granted nothing of its
+    /// later stages' first bubbles (torchtitan's ZBV job: about 100 ms of the 275 ms of idle
+    /// time of its first scored iteration, which harvested 0.34-0.46; 0.44-0.53 since). It
+    /// predicts as two agreeing values would, with a spread of [`LONE_SPREAD_SHARE`] of it (the
+    /// grant closes twice that before the end it predicts).
     fn stats(&self) -> Option<(Ns, Ns, Ns, usize)> {
         let (mut s, n) = self.kept();
+        if n == 1 && self.n == 2 {
+            let v = s[0];
+            return Some((v, v, v / LONE_SPREAD_SHARE, MIN_VALUES));
+        }
         if n < MIN_VALUES {
             return None;
         }
@@ -456,6 +470,39 @@ mod tests {
     }
 
     #[test]
+    fn after_a_slower_first_value_the_second_offset_predicts_the_next_bubble() {
+        // The data comes 20 ms after the upstream host woke, but 40 ms after it in the fifth
+        // iteration, the first whose offset the position's chain keeps (here the pattern links
+        // iterations from the fifth on; a job's first iteration is slower); the upstream host
+        // wakes 1 to 12 ms after the drain, so the bubble's length from its start says little.
+        // In the seventh iteration the anchor holds that offset, set aside, and the sixth's: the
+        // build before predicted from the length (7 ms late here), the anchor only from the
+        // eighth iteration on.
+        let mut g = Gpus::new();
+        op(&mut g, 1, CommKind::Send, 10, Some(50_100));
+        let wakes = [1, 10, 3, 12, 1, 10, 3, 12].map(|x| x * MS);
+        for (i, &wake) in wakes.iter().enumerate() {
+            let t = (i as Ns + 1) * 100 * MS;
+            let data = wake + if i == 4 { 40 * MS } else { 20 * MS };
+            let (open, end) = iteration_open(&mut g, i as u64, t, wake, data);
+            if i == 6 {
+                let b = open.expect("a bubble open");
+                let predicted = b.predicted_end.expect("the position was learnt");
+                assert!(
+                    predicted.abs_diff(end) <= 100_000,
+                    "iteration {i}: predicted {predicted}, ended {end}"
+                );
+                assert!(b.confidence >= 0.5, "iteration {i}: {b:?}");
+                // The lone offset's spread: a tenth of it (20 ms after the upstream resumed).
+                assert!(
+                    b.spread_ns.abs_diff(2 * MS) <= 1_000,
+                    "iteration {i}: {b:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn a_steady_anchor_lends_its_confidence_to_a_bubble_whose_length_varies() {
         // The upstream host wakes 1 to 12 ms after the drain, and the data comes 10 ms after it:
         // the bubble's length from its start falls in two groups (11-13 and 20-22 ms), below the
@@ -493,10 +540,13 @@ mod tests {
         assert_eq!(median, 10 * MS);
         assert_eq!(shortest, 6 * MS);
         assert_eq!(spread, MS);
-        // Two values unlike each other: the newer shorter, nothing to predict from; the newer
-        // longer, both kept.
+        // Two values unlike each other: the newer shorter, it alone, as two agreeing values with
+        // a tenth of it for their spread; the newer longer, both kept.
         let two = Offsets::with(10 * MS, Some(&Offsets::with(19 * MS, None)));
-        assert_eq!(two.stats(), None);
+        assert_eq!(two.stats(), Some((10 * MS, 10 * MS, MS, 2)));
+        // A third value unlike both: nothing.
+        let three = Offsets::with(4 * MS, Some(&two));
+        assert_eq!(three.stats(), None);
         let two = Offsets::with(19 * MS, Some(&Offsets::with(10 * MS, None)));
         assert_eq!(two.stats().map(|s| s.2), Some(4_500_000));
     }
