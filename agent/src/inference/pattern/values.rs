@@ -1,0 +1,109 @@
+//! The values learnt at a position of the pattern, carried along its chain of predecessors
+//! (newest first), and which of them a prediction is made from.
+use crate::inference::obs::Ns;
+
+/// Values kept along a chain of predecessors.
+const VALUES: usize = 5;
+
+/// A chain's first value is set aside while it holds at most this many ([`Values::learnt`]).
+const FIRST_ASIDE_UNTIL: usize = 3;
+
+/// The newest values along a chain, newest first.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(super) struct Values {
+    pub(super) v: [Ns; VALUES],
+    pub(super) n: usize,
+    /// The oldest value kept is the chain's first: the position's first time, in the job's first
+    /// iteration (or the agent's first look at a running job).
+    pub(super) first: bool,
+}
+
+impl Values {
+    pub(super) fn with(v: Ns, older: Option<Values>) -> Values {
+        let mut out = Values {
+            first: older.is_none_or(|o| o.first && o.n < VALUES),
+            ..Values::default()
+        };
+        out.v[0] = v;
+        out.n = 1;
+        if let Some(o) = older {
+            for &x in &o.v[..o.n.min(VALUES - 1)] {
+                out.v[out.n] = x;
+                out.n += 1;
+            }
+        }
+        out
+    }
+
+    /// The values to learn from: the first one set aside while one or two later ones came and it
+    /// is unlike each of them (once three came, [`Values::regime`]'s groups outvote it); it still
+    /// bounds the shortest end ([`super::Pattern::predict`]). A job's first iteration runs its warm-up
+    /// (the allocator growing, autotuning, communicators connecting on first use, compilation),
+    /// and the pipeline's bubbles in it can differ from the rest: on torchtitan's ZBV job the iteration-start bubbles of the last
+    /// stages were 19.5 ms in the first iteration and 26.9-29.2 ms after, and the first value,
+    /// shorter, kept the positions' confidence below the grants' bar for two more iterations.
+    pub(super) fn learnt(&self) -> Values {
+        let mut out = *self;
+        let n = self.n;
+        if self.first
+            && (2..=FIRST_ASIDE_UNTIL).contains(&n)
+            && !self.v[..n - 1].iter().any(|&x| near(x, self.v[n - 1]))
+        {
+            out.n -= 1;
+            out.first = false;
+        }
+        out
+    }
+
+    /// The values to predict from: the largest group of values within [`NEAR_SHARE`] of one of
+    /// them (on a tie, the group of the newest), unless the newest two agree with each other and
+    /// moved away from the rest the same way (the job changed: adopted after two observations, not
+    /// one). A value from a misaligned early iteration or one host stall does not move it.
+    pub(super) fn regime(&self) -> ([Ns; VALUES], usize) {
+        let all = &self.v[..self.n];
+        let mut out = [0; VALUES];
+        if self.n >= 3 && near(all[1], all[0]) && !all[2..].iter().any(|&x| near(x, all[0])) {
+            out[..2].copy_from_slice(&all[..2]);
+            return (out, 2);
+        }
+        let mut best = (0, 0);
+        for (k, &c) in all.iter().enumerate() {
+            let size = all.iter().filter(|&&x| near(x, c)).count();
+            if size > best.1 {
+                best = (k, size);
+            }
+        }
+        let c = all[best.0];
+        let mut n = 0;
+        for &x in all.iter().filter(|&&x| near(x, c)) {
+            out[n] = x;
+            n += 1;
+        }
+        (out, n)
+    }
+}
+
+/// Whether `x` is within [`NEAR_SHARE`] of `c`: the same bubble.
+pub fn near(x: Ns, c: Ns) -> bool {
+    x.abs_diff(c) as f64 <= NEAR_SHARE * c.max(1) as f64
+}
+
+/// The newest values whose shortest bounds a prediction even outside its group.
+pub(super) const RECENT_SHORT: usize = 3;
+
+/// Values within this share of each other are the same bubble (a few percent of kernel noise,
+/// and the host's wake-ups).
+pub(super) const NEAR_SHARE: f64 = 0.2;
+
+pub(super) fn median(v: &[Ns]) -> Ns {
+    let mut s = [0; VALUES];
+    s[..v.len()].copy_from_slice(v);
+    let s = &mut s[..v.len()];
+    s.sort_unstable();
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2
+    }
+}
