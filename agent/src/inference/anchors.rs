@@ -14,7 +14,9 @@
 //! aside: [`Offsets::kept`]), steadier than the bubble's length or more confidently, predicts its
 //! end, with a confidence of its own ([`Anchors::predict`]).
 use super::obs::{GpuId, Ns};
-use super::pattern::{near, OpIndex, Part, HISTORY};
+use super::pattern::{
+    largest_group_centre, median, near, newest_first, OpIndex, Part, HISTORY, VALUES,
+};
 use super::timeline::Timeline;
 use super::Bubble;
 use std::collections::{BTreeMap, HashMap};
@@ -22,8 +24,6 @@ use std::collections::{BTreeMap, HashMap};
 /// A timeline of the node: (process, GPU).
 pub type TlKey = (u32, GpuId);
 
-/// Values kept per anchor and position, newest first.
-const VALUES: usize = 5;
 /// An anchor predicts with at least this many values...
 const MIN_VALUES: usize = 2;
 /// ...and is trusted fully with this many, as a position's length is.
@@ -58,16 +58,8 @@ struct Offsets {
 
 impl Offsets {
     fn with(x: Ns, older: Option<&Offsets>) -> Offsets {
-        let mut out = Offsets::default();
-        out.v[0] = x;
-        out.n = 1;
-        if let Some(o) = older {
-            for &y in &o.v[..o.n.min(VALUES - 1)] {
-                out.v[out.n] = y;
-                out.n += 1;
-            }
-        }
-        out
+        let (v, n) = newest_first(x, older.map_or(&[], |o| &o.v[..o.n]));
+        Offsets { v, n }
     }
 
     /// The values to predict from: the largest group of values near one another (on a tie, the
@@ -80,14 +72,7 @@ impl Offsets {
     /// start, and the grants ended 6 ms before the bubbles did.
     fn kept(&self) -> ([Ns; VALUES], usize) {
         let all = &self.v[..self.n];
-        let mut best = (0, 0);
-        for (k, &c) in all.iter().enumerate() {
-            let size = all.iter().filter(|&&x| near(x, c)).count();
-            if size > best.1 {
-                best = (k, size);
-            }
-        }
-        let c = all[best.0];
+        let c = largest_group_centre(all);
         let low = all
             .iter()
             .filter(|&&x| near(x, c))
@@ -114,7 +99,7 @@ impl Offsets {
     /// predicts as two agreeing values would, with a spread of [`LONE_SPREAD_SHARE`] of it (the
     /// grant closes twice that before the end it predicts).
     fn stats(&self) -> Option<(Ns, Ns, Ns, usize)> {
-        let (mut s, n) = self.kept();
+        let (s, n) = self.kept();
         if n == 1 && self.n == 2 {
             let v = s[0];
             return Some((v, v, v / LONE_SPREAD_SHARE, MIN_VALUES));
@@ -122,13 +107,8 @@ impl Offsets {
         if n < MIN_VALUES {
             return None;
         }
-        let s = &mut s[..n];
-        s.sort_unstable();
-        let median = if n % 2 == 1 {
-            s[n / 2]
-        } else {
-            (s[n / 2 - 1] + s[n / 2]) / 2
-        };
+        let s = &s[..n];
+        let median = median(s);
         let shortest = *self.v[..self.n.min(RECENT_SHORT)]
             .iter()
             .min()
@@ -478,28 +458,47 @@ mod tests {
         // In the seventh iteration the anchor holds that offset, set aside, and the sixth's: the
         // build before predicted from the length (7 ms late here), the anchor only from the
         // eighth iteration on.
-        let mut g = Gpus::new();
-        op(&mut g, 1, CommKind::Send, 10, Some(50_100));
-        let wakes = [1, 10, 3, 12, 1, 10, 3, 12].map(|x| x * MS);
-        for (i, &wake) in wakes.iter().enumerate() {
-            let t = (i as Ns + 1) * 100 * MS;
-            let data = wake + if i == 4 { 40 * MS } else { 20 * MS };
-            let (open, end) = iteration_open(&mut g, i as u64, t, wake, data);
+        let data = |i, wake| wake + if i == 4 { 40 * MS } else { 20 * MS };
+        anchored_job(data, |i, open, end| {
             if i == 6 {
-                let b = open.expect("a bubble open");
-                let predicted = b.predicted_end.expect("the position was learnt");
-                assert!(
-                    predicted.abs_diff(end) <= 100_000,
-                    "iteration {i}: predicted {predicted}, ended {end}"
-                );
-                assert!(b.confidence >= 0.5, "iteration {i}: {b:?}");
+                let b = assert_anchored(i, open, end);
                 // The lone offset's spread: a tenth of it (20 ms after the upstream resumed).
                 assert!(
                     b.spread_ns.abs_diff(2 * MS) <= 1_000,
                     "iteration {i}: {b:?}"
                 );
             }
+        });
+    }
+
+    /// Eight iterations of the two-stage job ([`iteration_open`]), the upstream host waking 1 to
+    /// 12 ms after each drain and the data coming `data(i, wake)` after the drain; `check(i,
+    /// bubble, end)` after each.
+    fn anchored_job(
+        data: impl Fn(usize, Ns) -> Ns,
+        mut check: impl FnMut(usize, Option<OpenBubble>, Ns),
+    ) {
+        let mut g = Gpus::new();
+        op(&mut g, 1, CommKind::Send, 10, Some(50_100));
+        let wakes = [1, 10, 3, 12, 1, 10, 3, 12].map(|x| x * MS);
+        for (i, &wake) in wakes.iter().enumerate() {
+            let t = (i as Ns + 1) * 100 * MS;
+            let (open, end) = iteration_open(&mut g, i as u64, t, wake, data(i, wake));
+            check(i, open, end);
         }
+    }
+
+    /// Iteration `i`'s bubble, its end predicted within the records' error of `end` and trusted
+    /// at least at the grants' bar.
+    fn assert_anchored(i: usize, open: Option<OpenBubble>, end: Ns) -> OpenBubble {
+        let b = open.expect("a bubble open");
+        let predicted = b.predicted_end.expect("the position was learnt");
+        assert!(
+            predicted.abs_diff(end) <= 100_000,
+            "iteration {i}: predicted {predicted}, ended {end}"
+        );
+        assert!(b.confidence >= 0.5, "iteration {i}: {b:?}");
+        b
     }
 
     #[test]
@@ -508,23 +507,16 @@ mod tests {
         // the bubble's length from its start falls in two groups (11-13 and 20-22 ms), below the
         // grants' confidence bar; its end from the upstream stage's resumption does not vary.
         // The build before predicted the end from the anchor but kept the length's confidence.
-        let mut g = Gpus::new();
-        op(&mut g, 1, CommKind::Send, 10, Some(50_100));
-        let wakes = [1, 10, 3, 12, 1, 10, 3, 12].map(|x| x * MS);
-        for (i, &wake) in wakes.iter().enumerate() {
-            let t = (i as Ns + 1) * 100 * MS;
-            let (open, end) = iteration_open(&mut g, i as u64, t, wake, wake + 10 * MS);
-            if i >= 6 {
-                let b = open.expect("a bubble open");
-                let predicted = b.predicted_end.expect("the position was learnt");
-                assert!(
-                    predicted.abs_diff(end) <= 100_000,
-                    "iteration {i}: predicted {predicted}, ended {end}"
-                );
-                // At least the grants' bar (two offsets of three for full trust: 0.66).
-                assert!(b.confidence >= 0.5, "iteration {i}: {b:?}");
-            }
-        }
+        // At least the grants' bar from the seventh iteration on (two offsets of three for full
+        // trust: 0.66).
+        anchored_job(
+            |_, wake| wake + 10 * MS,
+            |i, open, end| {
+                if i >= 6 {
+                    assert_anchored(i, open, end);
+                }
+            },
+        );
     }
 
     #[test]

@@ -30,8 +30,8 @@
 //! mismatch. The iteration's period (ops and ns) is the lag most of the newest ops are aligned at.
 use super::obs::{CommKind, CommSig, Ns};
 use std::collections::{HashMap, VecDeque};
-pub use values::near;
-use values::{median, Values, NEAR_SHARE, RECENT_SHORT};
+pub use values::{largest_group_centre, median, near, newest_first, VALUES};
+use values::{Values, NEAR_SHARE, RECENT_SHORT};
 
 mod values;
 

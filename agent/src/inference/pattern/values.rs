@@ -2,8 +2,8 @@
 //! (newest first), and which of them a prediction is made from.
 use crate::inference::obs::Ns;
 
-/// Values kept along a chain of predecessors.
-const VALUES: usize = 5;
+/// Values kept along a chain of predecessors (and an anchor's offsets at a position).
+pub const VALUES: usize = 5;
 
 /// A chain's first value is set aside while it holds at most this many ([`Values::learnt`]).
 const FIRST_ASIDE_UNTIL: usize = 3;
@@ -20,19 +20,12 @@ pub(super) struct Values {
 
 impl Values {
     pub(super) fn with(v: Ns, older: Option<Values>) -> Values {
-        let mut out = Values {
+        let (v, n) = newest_first(v, older.as_ref().map_or(&[], |o| &o.v[..o.n]));
+        Values {
+            v,
+            n,
             first: older.is_none_or(|o| o.first && o.n < VALUES),
-            ..Values::default()
-        };
-        out.v[0] = v;
-        out.n = 1;
-        if let Some(o) = older {
-            for &x in &o.v[..o.n.min(VALUES - 1)] {
-                out.v[out.n] = x;
-                out.n += 1;
-            }
         }
-        out
     }
 
     /// The values to learn from: the first one set aside while one or two later ones came and it
@@ -66,14 +59,7 @@ impl Values {
             out[..2].copy_from_slice(&all[..2]);
             return (out, 2);
         }
-        let mut best = (0, 0);
-        for (k, &c) in all.iter().enumerate() {
-            let size = all.iter().filter(|&&x| near(x, c)).count();
-            if size > best.1 {
-                best = (k, size);
-            }
-        }
-        let c = all[best.0];
+        let c = largest_group_centre(all);
         let mut n = 0;
         for &x in all.iter().filter(|&&x| near(x, c)) {
             out[n] = x;
@@ -81,6 +67,28 @@ impl Values {
         }
         (out, n)
     }
+}
+
+/// `x`, then the newest of `older` (newest first): at most [`VALUES`] values, and how many.
+pub fn newest_first(x: Ns, older: &[Ns]) -> ([Ns; VALUES], usize) {
+    let mut v = [0; VALUES];
+    v[0] = x;
+    let k = older.len().min(VALUES - 1);
+    v[1..=k].copy_from_slice(&older[..k]);
+    (v, k + 1)
+}
+
+/// The value of `all` (not empty) that the most values are [`near`]; on a tie, the first (the
+/// newest, values being newest first).
+pub fn largest_group_centre(all: &[Ns]) -> Ns {
+    let mut best = (0, 0);
+    for (k, &c) in all.iter().enumerate() {
+        let size = all.iter().filter(|&&x| near(x, c)).count();
+        if size > best.1 {
+            best = (k, size);
+        }
+    }
+    all[best.0]
 }
 
 /// Whether `x` is within [`NEAR_SHARE`] of `c`: the same bubble.
@@ -95,7 +103,8 @@ pub(super) const RECENT_SHORT: usize = 3;
 /// and the host's wake-ups).
 pub(super) const NEAR_SHARE: f64 = 0.2;
 
-pub(super) fn median(v: &[Ns]) -> Ns {
+/// The median of at most [`VALUES`] values (of the middle two, their mean).
+pub fn median(v: &[Ns]) -> Ns {
     let mut s = [0; VALUES];
     s[..v.len()].copy_from_slice(v);
     let s = &mut s[..v.len()];

@@ -136,10 +136,11 @@ impl Timeline {
         }
     }
 
-    /// What op `id`'s partners say of its transfer now ([`super::partners`]): `Some(t)`, under
-    /// way from GPU time `t` at the latest (every party to one of its match keys had begun, and
-    /// that key's data has not all arrived): a grant must not run past it; `None`, nothing moves
-    /// for a key now (none completed, or the ones that did have delivered their data).
+    /// What op `id`'s partners say of its transfer now ([`crate::inference::partners`]):
+    /// `Some(t)`, under way from GPU time `t` at the latest (every party to one of its match keys
+    /// had begun, and that key's data has not all arrived): a grant must not run past it; `None`,
+    /// nothing moves for a key now (none completed, or the ones that did have delivered their
+    /// data).
     pub fn partners_transferring(&mut self, id: u64, t: Option<Ns>) {
         let Some(b) = self.ops.get(&id).and_then(|op| op.begin) else {
             return;
