@@ -3,11 +3,12 @@
 //! long the op waits for its peers before it transfers.
 //!
 //! Ops are compared by (communicator, kind, peer, and for a collective its log2 size bucket: see
-//! [`Key`]); a neighbouring bucket is a near-match (sizes vary between iterations). Every new op is aligned with the recent history by
-//! an incremental local alignment of the sequence with itself (Smith-Waterman, one row per op,
-//! indexed by the lag between the aligned ops): the op's *predecessor* is the earlier op whose
-//! preceding context matches best. Insertions (an extra collective), deletions (a missing op),
-//! other sizes and a changed micro-batch count cost a little score, not the alignment.
+//! [`Key`]); a neighbouring bucket is a near-match (sizes vary between iterations). Every new op
+//! is aligned with the recent history by an incremental local alignment of the sequence with
+//! itself (Smith-Waterman, one row per op, indexed by the lag between the aligned ops): the op's
+//! *predecessor* is the earlier op whose preceding context matches best. Insertions (an extra
+//! collective), deletions (a missing op), other sizes and a changed micro-batch count cost a
+//! little score, not the alignment.
 //! * A rare op (one per iteration, say) weighs more than a frequent one in a match, a mismatch or
 //!   a gap, so that the first ops of the second iteration already align with the first iteration
 //!   rather than with the run of look-alike ops before them.

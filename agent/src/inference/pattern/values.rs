@@ -30,11 +30,12 @@ impl Values {
 
     /// The values to learn from: the first one set aside while one or two later ones came and it
     /// is unlike each of them (once three came, [`Values::regime`]'s groups outvote it); it still
-    /// bounds the shortest end ([`super::Pattern::predict`]). A job's first iteration runs its warm-up
-    /// (the allocator growing, autotuning, communicators connecting on first use, compilation),
-    /// and the pipeline's bubbles in it can differ from the rest: on torchtitan's ZBV job the iteration-start bubbles of the last
-    /// stages were 19.5 ms in the first iteration and 26.9-29.2 ms after, and the first value,
-    /// shorter, kept the positions' confidence below the grants' bar for two more iterations.
+    /// bounds the shortest end ([`super::Pattern::predict`]). A job's first iteration runs its
+    /// warm-up (the allocator growing, autotuning, communicators connecting on first use,
+    /// compilation), and the pipeline's bubbles in it can differ from the rest: on torchtitan's
+    /// ZBV job the iteration-start bubbles of the last stages were 19.5 ms in the first iteration
+    /// and 26.9-29.2 ms after, and the first value, shorter, kept the positions' confidence below
+    /// the grants' bar for two more iterations.
     pub(super) fn learnt(&self) -> Values {
         let mut out = *self;
         let n = self.n;
