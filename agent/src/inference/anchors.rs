@@ -15,7 +15,8 @@
 //! end, with a confidence of its own ([`Anchors::predict`]).
 use super::obs::{GpuId, Ns};
 use super::pattern::{
-    largest_group_centre, median, near, newest_first, OpIndex, Part, HISTORY, VALUES,
+    largest_group_centre, median, near, newest_first, OpIndex, Part, HISTORY, LONE_SPREAD_SHARE,
+    VALUES,
 };
 use super::timeline::Timeline;
 use super::Bubble;
@@ -36,9 +37,6 @@ const MAX_EVENTS: usize = 32;
 /// No anchored spread is taken below this: the GPU times of two records are each a few
 /// microseconds off, and two values alike by chance say little more than that.
 const SPREAD_FLOOR_NS: Ns = 50_000;
-/// The spread taken for a lone offset that follows a longer one set aside ([`Offsets::stats`]),
-/// as a share of it.
-const LONE_SPREAD_SHARE: Ns = 10;
 /// Predecessors walked past positions that learnt nothing.
 const WALK: usize = 4;
 

@@ -31,8 +31,8 @@
 //! mismatch. The iteration's period (ops and ns) is the lag most of the newest ops are aligned at.
 use super::obs::{CommKind, CommSig, Ns};
 use std::collections::{HashMap, VecDeque};
-pub use values::{largest_group_centre, median, near, newest_first, VALUES};
-use values::{Values, NEAR_SHARE, RECENT_SHORT};
+use values::{after_a_longer_first, Values, NEAR_SHARE, RECENT_SHORT};
+pub use values::{largest_group_centre, median, near, newest_first, LONE_SPREAD_SHARE, VALUES};
 
 mod values;
 
@@ -652,6 +652,15 @@ impl Pattern {
             seen = seen.max(REPLAYED_SEEN as f64 / FULL_CONFIDENCE as f64);
             let (lo, hi) = (expected as f64 * REPLAY_SHARE, expected as f64 * NEAR_SHARE);
             spread = spread.max((REPLAYED_SPREADS * dev as f64).clamp(lo, hi) as Ns);
+        } else if opens_a_bubble(part) && after_a_longer_first(&all, &vals) {
+            // A position's second value, shorter than its first (set aside): as an anchor's lone
+            // offset after a longer one (see [`super::anchors`]), as good as two values with a
+            // spread of [`LONE_SPREAD_SHARE`] of it (the grant ends at 79 % of it). A job's
+            // first iteration is its slowest, so the ops after it do not replay it, and a stall
+            // lengthens one value: until 2026-12-07 such positions waited for a third value (the
+            // zoo's pipelines with noise were granted 0.05-0.11 less of their idle time).
+            seen = seen.max(REPLAYED_SEEN as f64 / FULL_CONFIDENCE as f64);
+            spread = spread.max(expected / LONE_SPREAD_SHARE);
         }
         let steadiness = if expected > 0 {
             1.0 - (spread as f64 / expected as f64).min(1.0)

@@ -97,6 +97,16 @@ pub fn near(x: Ns, c: Ns) -> bool {
     x.abs_diff(c) as f64 <= NEAR_SHARE * c.max(1) as f64
 }
 
+/// Whether `learnt` ([`Values::learnt`] of `all`) is a position's second value alone, its first
+/// (longer: the job's warm-up) set aside.
+pub(super) fn after_a_longer_first(all: &Values, learnt: &Values) -> bool {
+    all.n == 2 && learnt.n == 1 && all.v[1] > all.v[0]
+}
+
+/// The spread taken for a lone value that follows a longer one set aside (the position's second
+/// value, [`after_a_longer_first`]; an anchor's second offset), as a share of it.
+pub const LONE_SPREAD_SHARE: Ns = 10;
+
 /// The newest values whose shortest bounds a prediction even outside its group.
 pub(super) const RECENT_SHORT: usize = 3;
 
