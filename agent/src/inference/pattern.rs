@@ -59,20 +59,30 @@ pub const WHOLE: Part = 4;
 pub const AWAITED: Part = 7;
 /// Where the whole of a bubble that opened at [`AWAITED`] is learnt.
 const AWAITED_WHOLE: Part = 8;
-const PARTS: usize = 9;
+/// A bubble that opens where the one before it opened (the same op, the same part: the GPU ran a
+/// little between them, no op was issued) is learnt apart from it. Learnt at the same part, the
+/// second replaced the first's value: on Megatron's TP2 x PP4 x DP2 job a 24 ms wait for a
+/// batched send and receive was followed by a 0.2-0.5 ms gap after the receive's transfer as it
+/// was known then, and the position predicted 0.2-0.5 ms for the next 24 ms wait (GPipe with
+/// batched groups and 2 ms sends: forecast recall 0.53, 0.96-0.99 since 2026-12-07).
+pub const REPEAT: Part = 9;
+/// Where the whole of a bubble that opened at [`REPEAT`] is learnt.
+const REPEAT_WHOLE: Part = 10;
+const PARTS: usize = 11;
 
 /// The part that learns the whole bubble opened at bubble part `part` (see [`WHOLE`]).
 pub fn whole(part: Part) -> Part {
-    if part == AWAITED {
-        AWAITED_WHOLE
-    } else {
-        WHOLE + part
+    match part {
+        AWAITED => AWAITED_WHOLE,
+        REPEAT => REPEAT_WHOLE,
+        p => WHOLE + p,
     }
 }
 
-/// Whether `part` learns (part of) a bubble from where it opened: 0..=2 and [`AWAITED`].
+/// Whether `part` learns (part of) a bubble from where it opened: 0..=2, [`AWAITED`] and
+/// [`REPEAT`].
 fn opens_a_bubble(part: Part) -> bool {
-    part < WAIT || part == AWAITED
+    part < WAIT || part == AWAITED || part == REPEAT
 }
 
 /// What the pattern expects of the bubble that opens at an op.

@@ -26,7 +26,7 @@ use super::bubble::{Bubble, OpenBubble};
 use super::fabric::fabric;
 use super::obs::{CommSig, Ns, Obs, StreamId, SyncOn};
 use super::partners::Floor;
-use super::pattern::{whole, OpIndex, Part, Pattern, AWAITED, WAIT};
+use super::pattern::{whole, OpIndex, Part, Pattern, AWAITED, REPEAT, WAIT};
 use super::streams::{Blocker, Stream, Window};
 use super::transfer::Transfers;
 use in_flight::InFlight;
@@ -98,6 +98,8 @@ struct Open {
     origin: Option<(OpIndex, Part)>,
     /// The end predicted when it opened for the whole bubble (what the forecast is scored by).
     forecast: Option<Ns>,
+    /// Where its window said it opened, before a repeat was told apart ([`REPEAT`]).
+    opened_at: Option<(OpIndex, Part)>,
 }
 
 /// A known transfer: from, to, and where a bubble after it is learnt.
@@ -175,6 +177,8 @@ pub struct Timeline {
     now: Ns,
     pattern: Pattern,
     open: Option<Open>,
+    /// Where the last bubble learnt opened, as its window said ([`Open::opened_at`]).
+    last_opened_at: Option<(OpIndex, Part)>,
     /// Bubbles were reported up to here.
     emitted_until: Ns,
     closed: Vec<Bubble>,

@@ -168,6 +168,11 @@ impl Timeline {
     }
 
     pub(super) fn new_open(&self, w: Idle, now: Ns) -> Open {
+        let opened_at = w.anchor;
+        let mut w = w;
+        if w.anchor.is_some() && w.anchor == self.last_opened_at {
+            w.anchor = w.anchor.map(|(a, _)| (a, REPEAT));
+        }
         let p = w.anchor.and_then(|(a, part)| self.pattern.predict(a, part));
         let predicted_end = p.map(|p| w.from + p.expected_ns);
         // The whole bubble where it was learnt whole; else it ends where its first part does.
@@ -191,6 +196,7 @@ impl Timeline {
             learn_from: w.from,
             origin: w.anchor,
             forecast,
+            opened_at,
         }
     }
 
@@ -203,6 +209,7 @@ impl Timeline {
         }
         if let Some((a, part)) = o.origin.filter(|_| end - b.start >= MIN_LEARNT_NS) {
             self.pattern.record(a, whole(part), end - b.start);
+            self.last_opened_at = o.opened_at;
         }
         self.emitted_until = self.emitted_until.max(end);
         // Transfers before what was reported no longer matter.
