@@ -59,12 +59,14 @@ pub const WHOLE: Part = 4;
 pub const AWAITED: Part = 7;
 /// Where the whole of a bubble that opened at [`AWAITED`] is learnt.
 const AWAITED_WHOLE: Part = 8;
-/// A bubble that opens where the one before it opened (the same op, the same part: the GPU ran a
-/// little between them, no op was issued) is learnt apart from it. Learnt at the same part, the
+/// A bubble that opens where the one before it opened, if that one lasted a millisecond or more
+/// (the same op, the same part: the GPU ran a little between them, no op was issued), is learnt
+/// apart from it (a shorter one first is a host's late wake-up now and then, and the real bubble
+/// that follows stays the position's). Learnt at the same part, the
 /// second replaced the first's value: on Megatron's TP2 x PP4 x DP2 job a 24 ms wait for a
 /// batched send and receive was followed by a 0.2-0.5 ms gap after the receive's transfer as it
 /// was known then, and the position predicted 0.2-0.5 ms for the next 24 ms wait (GPipe with
-/// batched groups and 2 ms sends: forecast recall 0.53, 0.96-0.99 since 2026-12-07).
+/// batched groups and 2 ms sends: forecast recall 0.53, 0.98-0.99 since 2026-12-07).
 pub const REPEAT: Part = 9;
 /// Where the whole of a bubble that opened at [`REPEAT`] is learnt.
 const REPEAT_WHOLE: Part = 10;

@@ -132,6 +132,8 @@ struct Idle {
 
 /// Bubbles shorter than this are not learnt (nothing can be granted in them).
 pub const MIN_LEARNT_NS: Ns = 100_000;
+/// A bubble that opens where one at least this long opened is learnt apart ([`REPEAT`]).
+const REPEAT_AFTER_NS: Ns = 1_000_000;
 /// A transfer that its partners' records bound to less than this moved nothing: the begin record
 /// of a party that arrived last is written a few microseconds before its kernel runs (2.6 µs on
 /// the test bed; a launch's latency on a GPU), so an op that moved nothing is often bounded to a

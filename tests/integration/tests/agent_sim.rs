@@ -238,7 +238,7 @@ fn zero_bubble_blocking() {
 /// GPipe with batched groups and 2 ms sends: a second bubble opens where a wait's bubble opened
 /// (the same op, the same part, no op issued between). Learnt at the same position, its length
 /// replaced the wait's, and the next wait was forecast from it: forecast recall 0.53 until
-/// 2026-12-07, 0.96-0.99 since (the second bubble is learnt apart, `REPEAT` in
+/// 2026-12-07, 0.98-0.99 since (the second bubble is learnt apart, `REPEAT` in
 /// `agent/src/inference/pattern.rs`).
 #[test]
 fn a_bubble_that_opens_again_where_one_ended_is_learnt_apart() {

@@ -209,8 +209,11 @@ impl Timeline {
         }
         if let Some((a, part)) = o.origin.filter(|_| end - b.start >= MIN_LEARNT_NS) {
             self.pattern.record(a, whole(part), end - b.start);
-            self.last_opened_at = o.opened_at;
         }
+        // A bubble of a millisecond or more: one that opens at the same op and part next is
+        // another ([`REPEAT`]). A shorter one first (a host's late wake-up on a busy machine)
+        // leaves the next to be the position's.
+        self.last_opened_at = o.opened_at.filter(|_| end - b.start >= REPEAT_AFTER_NS);
         self.emitted_until = self.emitted_until.max(end);
         // Transfers before what was reported no longer matter.
         let done = self.emitted_until;
