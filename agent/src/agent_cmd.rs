@@ -15,7 +15,7 @@ use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct AgentArgs {
-    /// Session directory (default: $FREERIDE_DIR, else /dev/shm/freeride-<uid>). One agent per
+    /// Session directory (default: `$FREERIDE_DIR`, else `/dev/shm/freeride-<uid>`). One agent per
     /// directory: a second one is refused (exit status 1).
     #[arg(long)]
     dir: Option<PathBuf>,

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct DoctorArgs {
-    /// Session directory to check (default: $FREERIDE_DIR, else /dev/shm/freeride-<uid>).
+    /// Session directory to check (default: `$FREERIDE_DIR`, else `/dev/shm/freeride-<uid>`).
     #[arg(long)]
     dir: Option<PathBuf>,
     /// The shared-memory folder the rings live in.

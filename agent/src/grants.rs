@@ -237,7 +237,7 @@ impl Grants {
     }
 
     /// Whether an SDK side task is on the node (its status file; re-read every
-    /// [`SIDETASKS_RESCAN_NS`]).
+    /// `SIDETASKS_RESCAN_NS`).
     pub fn any_sdk_task(&mut self, now: Ns) -> bool {
         self.rescan_tasks(now);
         self.tasks.values().any(|t| !t.is_empty())

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 pub struct ReportArgs {
-    /// Where to write the trace (open it in https://ui.perfetto.dev).
+    /// Where to write the trace (open it in <https://ui.perfetto.dev>).
     #[arg(long, value_name = "FILE")]
     trace: PathBuf,
     /// The agent's bubble log (`freeride agent --bubble-log PATH`).

@@ -24,7 +24,7 @@ pub struct RunArgs {
     /// Role of the process: a trainer is observed; a side task is gated at its launches.
     #[arg(long, value_enum, default_value = "trainer")]
     pub role: RoleArg,
-    /// Session directory (default: $FREERIDE_DIR, else /dev/shm/freeride-<uid>). If it is
+    /// Session directory (default: `$FREERIDE_DIR`, else `/dev/shm/freeride-<uid>`). If it is
     /// unusable (a symlink, another user's, open to others), a trainer runs unobserved and a side
     /// task is refused.
     #[arg(long)]

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 #[derive(Args, Debug)]
 pub struct StatusArgs {
-    /// Session directory (default: $FREERIDE_DIR, else /dev/shm/freeride-<uid>).
+    /// Session directory (default: `$FREERIDE_DIR`, else `/dev/shm/freeride-<uid>`).
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Print the agent's state as JSON.

@@ -1,9 +1,9 @@
 //! Our `dlsym` and real-symbol lookup.
 //!
 //! `dlsym` is caller-sensitive (`RTLD_NEXT`, and `RTLD_DEFAULT` from a library loaded in a local
-//! scope). On x86-64 our `dlsym` is a naked entry that asks [`dlsym_route`] whether the name is
+//! scope). On x86-64 our `dlsym` is a naked entry that asks `dlsym_route` whether the name is
 //! one we hook; if not it *tail-jumps* into the real `dlsym`, which therefore sees the original
-//! caller: exact semantics, zero effect. Hooked names go to [`dlsym_hooked`] with the caller's
+//! caller: exact semantics, zero effect. Hooked names go to `dlsym_hooked` with the caller's
 //! address, which emulates `RTLD_NEXT` from that caller and then hands out our wrapper.
 //! The real `dlsym` comes from `dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34")` (then "GLIBC_2.2.5").
 use crate::hooks::{self, Hook};

@@ -7,7 +7,7 @@
 //! ended (then the wait cannot hold its stream and is not timed).
 //!
 //! Hook path: fixed tables of seqlocked slots, no allocation, no lock, no system call. A handle
-//! lives in one of [`PROBES`] consecutive slots from its hash: its own if it has one, else the
+//! lives in one of `PROBES` consecutive slots from its hash: its own if it has one, else the
 //! first free one; only when all of them hold other handles does it replace the first (that older
 //! handle is forgotten: its op key reads 0, "none seen"). A writer that finds a slot being written
 //! by another thread, or taken by another handle meanwhile, skips its write. Both only lose an op

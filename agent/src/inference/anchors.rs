@@ -10,8 +10,8 @@
 //! before it in the bubble). When the bubble closes, its end's offset from each such close is
 //! learnt at the bubble's position, and carried along the position's chain of predecessors
 //! ([`super::pattern`]) as its length is. While a bubble is open, a close of another timeline
-//! whose offset was learnt at least [`MIN_VALUES`] times (an offset longer than the rest set
-//! aside: [`Offsets::kept`]), steadier than the bubble's length or more confidently, predicts its
+//! whose offset was learnt at least `MIN_VALUES` times (an offset longer than the rest set
+//! aside: `Offsets::kept`), steadier than the bubble's length or more confidently, predicts its
 //! end, with a confidence of its own ([`Anchors::predict`]).
 use super::obs::{GpuId, Ns};
 use super::pattern::{
@@ -134,7 +134,7 @@ pub struct Anchored {
     pub end: Ns,
     pub shortest_end: Ns,
     pub spread_ns: Ns,
-    /// As a position's length prediction's (0..=1): how many offsets agree ([`FULL_CONFIDENCE`]
+    /// As a position's length prediction's (0..=1): how many offsets agree (`FULL_CONFIDENCE`
     /// of them for full trust) and how steady they are against their length.
     pub confidence: f64,
 }

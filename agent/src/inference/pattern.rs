@@ -3,7 +3,7 @@
 //! long the op waits for its peers before it transfers.
 //!
 //! Ops are compared by (communicator, kind, peer, and for a collective its log2 size bucket: see
-//! [`Key`]); a neighbouring bucket is a near-match (sizes vary between iterations). Every new op
+//! `Key`); a neighbouring bucket is a near-match (sizes vary between iterations). Every new op
 //! is aligned with the recent history by an incremental local alignment of the sequence with
 //! itself (Smith-Waterman, one row per op, indexed by the lag between the aligned ops): the op's
 //! *predecessor* is the earlier op whose preceding context matches best. Insertions (an extra
@@ -515,7 +515,7 @@ impl Pattern {
     }
 
     /// Op `i`'s transfer began at `t` (the GPU's clock; what [`Pattern::predict`] compares with
-    /// the ops one lag back, see [`REPLAYED_SEEN`]).
+    /// the ops one lag back, see `REPLAYED_SEEN`).
     pub fn began(&mut self, i: OpIndex, t: Ns) {
         if let Some(e) = self.entry_mut(i).filter(|e| e.began == 0) {
             e.began = t.max(1);

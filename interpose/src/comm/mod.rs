@@ -4,7 +4,7 @@
 //! hook records two driver events on the op's stream: `begin` before the op is queued, `end`
 //! after; a timed stream wait ([`begin_wait`]) the same around `cuStreamWaitEvent`. Events come
 //! from preallocated *timing pools*, one per CUDA context the process queues timed work in
-//! ([`pool`]: created on the first timed op there, slow path). The hook only makes driver calls
+//! (`pool`: created on the first timed op there, slow path). The hook only makes driver calls
 //! (records events, queues the poller's wake-ups; the first op on a stream creates that stream's
 //! lane): no system call of ours, no lock. Work that cannot be timed (a stream being captured, a
 //! context without a pool, a full pool, timing off, a driver error) is recorded at once as
@@ -28,7 +28,7 @@
 //! (`uncertainty_ns` = half that interval) and a re-anchor is requested.
 //!
 //! Since the poll time no longer affects accuracy, only how soon a begin/end is reported, nothing
-//! polls on a timer where the driver can wake a thread instead ([`notify`]): per user stream a
+//! polls on a timer where the driver can wake a thread instead (`notify`): per user stream a
 //! waiter thread blocks in `cuEventSynchronize` on the running op's end event (blocking-sync),
 //! and learns of each op's begin from a host function (`cuLaunchHostFunc`) the hook queues on a
 //! private stream behind a wait for the begin event. So the waiter wakes about twice per op,
@@ -48,9 +48,9 @@
 //! between bubbles learns of it at once (a system call only while the agent sleeps); hooks never
 //! ring.
 //!
-//! Modules: [`driver`] (the real driver functions freeride calls), [`pool`] (the timing pools, one
-//! per context), [`anchor`] (a GPU clock's anchor to the host clock), [`notify`] (lanes: the
-//! driver wakes the threads per event), [`poller`] (the poller and waiter threads, one poll).
+//! Modules: [`driver`] (the real driver functions freeride calls), `pool` (the timing pools, one
+//! per context), `anchor` (a GPU clock's anchor to the host clock), `notify` (lanes: the
+//! driver wakes the threads per event), `poller` (the poller and waiter threads, one poll).
 
 mod anchor;
 mod driver;

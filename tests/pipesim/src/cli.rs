@@ -101,7 +101,7 @@ pub struct NoiseArgs {
 #[derive(Args, Clone, Debug)]
 pub struct PlacementArgs {
     /// all: every process sees its node's GPUs and picks its own; per-rank: each process gets
-    /// CUDA_VISIBLE_DEVICES=<its GPU> (and calls it device 0).
+    /// `CUDA_VISIBLE_DEVICES=<its GPU>` (and calls it device 0).
     #[arg(long, value_enum, default_value = "all")]
     pub visible_devices: VisibleArg,
     /// Simulated nodes the ranks are spread over (each with its own session directory).
@@ -110,7 +110,7 @@ pub struct PlacementArgs {
 }
 
 /// A count's value: a whole number, at least 1. Clap names the flag and the value around the
-/// message ("invalid value '-1' for '--stages <STAGES>': must be at least 1"); a command that
+/// message (`"invalid value '-1' for '--stages <STAGES>': must be at least 1"`); a command that
 /// takes such flags sets `allow_negative_numbers`, so that `-1` reads as a value, not a flag.
 pub fn at_least_one<T>(s: &str) -> Result<T, String>
 where

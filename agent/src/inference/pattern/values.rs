@@ -92,7 +92,7 @@ pub fn largest_group_centre(all: &[Ns]) -> Ns {
     all[best.0]
 }
 
-/// Whether `x` is within [`NEAR_SHARE`] of `c`: the same bubble.
+/// Whether `x` is within `NEAR_SHARE` of `c`: the same bubble.
 pub fn near(x: Ns, c: Ns) -> bool {
     x.abs_diff(c) as f64 <= NEAR_SHARE * c.max(1) as f64
 }
@@ -104,7 +104,7 @@ pub(super) fn after_a_longer_first(all: &Values, learnt: &Values) -> bool {
 }
 
 /// The spread taken for a lone value that follows a longer one set aside (the position's second
-/// value, [`after_a_longer_first`]; an anchor's second offset), as a share of it.
+/// value, `after_a_longer_first`; an anchor's second offset), as a share of it.
 pub const LONE_SPREAD_SHARE: Ns = 10;
 
 /// The newest values whose shortest bounds a prediction even outside its group.

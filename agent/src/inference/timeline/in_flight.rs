@@ -35,7 +35,7 @@ impl Timeline {
 
     /// What the open bubble's part predicted now is learnt at, and from when: (its start, its
     /// position, the start of the part). The part begins at the bubble's start, or at the end of
-    /// an op that moved nothing inside it ([`Timeline::moved_nothing`]).
+    /// an op that moved nothing inside it (`Timeline::moved_nothing`).
     pub fn open_part(&self) -> Option<(Ns, (OpIndex, Part), Ns)> {
         let o = self.open.as_ref()?;
         Some((o.bubble.start, o.anchor?, o.learn_from))
@@ -60,7 +60,7 @@ impl Timeline {
             .map(move |(_, op)| op.issued.max(start) + self.learnt_wait(op))
     }
 
-    /// The ops issued and not seen to begin that can begin now (see [`Timeline::may_begin`]):
+    /// The ops issued and not seen to begin that can begin now (see `Timeline::may_begin`):
     /// their begin records may come late.
     pub fn may_begin_ops(&self) -> impl Iterator<Item = u64> + '_ {
         self.can_begin_now().map(|(id, _)| id)

@@ -1,7 +1,7 @@
 //! Builds every rank's program ([`crate::program`]) from the job: the pipeline (a built-in
-//! schedule in one of the communication styles, [`pipeline`], or a CSV, [`csv`]), each compute op
-//! as layers with their tensor-parallel collectives and kernels ([`compute`]), the data-parallel
-//! gradient buckets, and the iteration's end ([`finish`]).
+//! schedule in one of the communication styles, `pipeline`, or a CSV, `csv`), each compute op
+//! as layers with their tensor-parallel collectives and kernels (`compute`), the data-parallel
+//! gradient buckets, and the iteration's end (`finish`).
 //!
 //! [`plan_job`] fixes the communicators and every rank's streams once; [`program`] builds rank r's
 //! iteration `it` from them. Both are pure functions of the configuration: the launcher (which

@@ -1,5 +1,5 @@
 //! A process's handle on one simulated device: its slot in the shared state, its kernels in the
-//! device's model ([`run`]), device memory ([`mem`]), and reclaiming what dead processes held.
+//! device's model (`run`), device memory (`mem`), and reclaiming what dead processes held.
 mod mem;
 mod run;
 #[cfg(test)]

@@ -11,9 +11,9 @@
 //!
 //! * Within a process (a context), kernels of different streams run side by side on the SMs they
 //!   fill: the oldest eligible kernel gets what it fills, the next what is left, and so on; a
-//!   kernel running on part of what it fills runs slower in proportion ([`share`]). Nothing takes
+//!   kernel running on part of what it fills runs slower in proportion (`share`). Nothing takes
 //!   SMs from a running kernel: a kernel gets more only as others end.
-//! * `timeslice` (the default of a GPU without MPS, [`timeslice`]): one process at a time is
+//! * `timeslice` (the default of a GPU without MPS, `timeslice`): one process at a time is
 //!   resident. A lone process keeps the device and runs at full speed. While another process has
 //!   work, the resident one keeps it for a time slice ([`Knobs::slice_ns`]), counted from when it
 //!   got the device; then it starts no new kernel, lets its kernels shorter than a slice finish
@@ -236,7 +236,7 @@ pub struct Sched {
     pub knobs: Knobs,
     /// Everything before it is settled.
     pub clock_ns: u64,
-    /// Since when no compute kernel has run (u64::MAX: one runs); see [`Sched::start_in_past`].
+    /// Since when no compute kernel has run (u64::MAX: one runs); see `Sched::start_in_past`.
     pub compute_quiet_since_ns: u64,
     /// Real time as holds age (see the module's doc).
     pub hold_age_ns: u64,
@@ -321,7 +321,7 @@ impl Sched {
 
     /// Puts a kernel in the model (and clears its stream's hold, in the same step). None when the
     /// table is full (the hold stays). One whose stream reached it before the clock starts then
-    /// where it could have ([`Sched::start_in_past`]).
+    /// where it could have (`Sched::start_in_past`).
     pub fn submit(&mut self, s: &Submit) -> Option<EntryId> {
         self.submit_placed(s, true)
     }

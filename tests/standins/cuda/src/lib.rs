@@ -2,13 +2,13 @@
 //!
 //! Exports the real C names and signatures (unversioned symbols). Every entry point is reachable
 //! through `cuGetProcAddress`/`cuGetProcAddress_v2` by its base name via the one table in
-//! [`proc_table`]. No entry point unwinds: each body runs inside [`guard::guard`].
+//! `proc_table`. No entry point unwinds: each body runs inside `guard::guard`.
 //!
-//! Device ordinals are those `CUDA_VISIBLE_DEVICES` leaves ([`visible`]); the simulated GPU
+//! Device ordinals are those `CUDA_VISIBLE_DEVICES` leaves (`visible`); the simulated GPU
 //! behind each is named by its physical index.
 //!
 //! Handles (`CUcontext`, `CUstream`, `CUevent`, `CUmodule`, `CUfunction`, `CUgraph`,
-//! `CUgraphExec`, `CUgraphNode`) are addresses of objects kept in registries ([`handles`]); a value
+//! `CUgraphExec`, `CUgraphNode`) are addresses of objects kept in registries (`handles`); a value
 //! that is not registered is `CUDA_ERROR_INVALID_HANDLE`.
 mod api;
 mod guard;

@@ -1,10 +1,10 @@
 //! Stand-in libnccl.so.2 for the GPU-less test bed (see tests/TESTBED.md, "NCCL").
 //!
 //! Like the real library it imports no CUDA symbol: it opens `libcuda.so.1` itself and gets driver
-//! entry points through `cuGetProcAddress_v2` ([`driver`]). Every API function is a strong
+//! entry points through `cuGetProcAddress_v2` (`driver`). Every API function is a strong
 //! `pncclX` with a weak `ncclX` alias at the same address (as real NCCL exports them, made for
-//! interposition). Communicators share `$FREERIDE_SIM_DIR/nccl-<id>` ([`shm`]); each operation (or
-//! each stream's share of a group) is one communication kernel whose body ([`work`]) runs on the
+//! interposition). Communicators share `$FREERIDE_SIM_DIR/nccl-<id>` (`shm`); each operation (or
+//! each stream's share of a group) is one communication kernel whose body (`work`) runs on the
 //! simulated GPU and models the transfer.
 // The exported functions are C entry points: the validity of the pointers they receive is the C
 // caller's contract (as with the real library), stated at each dereference.
@@ -147,7 +147,7 @@ pub extern "C" fn pncclCommInitRankConfig(
     init_rank(out, nranks, &comm_id, rank)
 }
 
-/// ncclCommSplit (see [`Comm::split`]); the config is ignored. A rank passing
+/// ncclCommSplit (see `Comm::split`); the config is ignored. A rank passing
 /// `NCCL_SPLIT_NOCOLOR` (-1) gets NULL.
 #[no_mangle]
 pub extern "C" fn pncclCommSplit(
