@@ -3,7 +3,9 @@
 //! longer than the grant's freshness limit without a step, the last heartbeat plus that limit:
 //! side tasks read it closed from then on, see [`freeride_abi::grant::Grant::open_at`]), for
 //! scoring against the truth (`freeride sim --json`'s `"grants"`, see
-//! [`crate::inference::score::GrantTally`]).
+//! [`crate::inference::score::GrantTally`]); and the intervals each GPU's grant was held closed,
+//! with why ([`Held`]: from one step of the agent to the next step that says otherwise).
+use crate::grants::Held;
 use crate::inference::score::{clip, merge, GrantTally};
 use crate::inference::{GpuId, Ns};
 use std::collections::BTreeMap;
@@ -16,6 +18,9 @@ pub struct GrantLog {
     /// The grants' freshness limit (0: none) and each GPU's last note (a heartbeat).
     fresh_ns: Ns,
     seen: BTreeMap<GpuId, Ns>,
+    /// Why each GPU's grant is closed now, and since when; the intervals it was held before.
+    held_now: BTreeMap<GpuId, (Ns, Held)>,
+    held_done: BTreeMap<GpuId, Vec<(Ns, Ns, Held)>>,
 }
 
 impl GrantLog {
@@ -57,6 +62,36 @@ impl GrantLog {
             }
             (None, None) => {}
         }
+    }
+
+    /// GPU `gpu`'s grant is held closed at `now` for `why` (`None`: it is open). Noted after
+    /// [`GrantLog::note`] at each step.
+    pub fn note_held(&mut self, gpu: GpuId, now: Ns, why: Option<Held>) {
+        let before = self.held_now.get(&gpu).copied();
+        if before.map(|(_, h)| h) == why {
+            return;
+        }
+        if let Some((from, h)) = before {
+            if now > from {
+                self.held_done.entry(gpu).or_default().push((from, now, h));
+            }
+        }
+        match why {
+            Some(h) => self.held_now.insert(gpu, (now, h)),
+            None => self.held_now.remove(&gpu),
+        };
+    }
+
+    /// The intervals `gpu`'s grant was held closed, and why (the reason it is held for now, up to
+    /// its last note).
+    pub fn held(&self, gpu: GpuId) -> Vec<(Ns, Ns, Held)> {
+        let mut v = self.held_done.get(&gpu).cloned().unwrap_or_default();
+        if let (Some(&(from, h)), Some(&last)) = (self.held_now.get(&gpu), self.seen.get(&gpu)) {
+            if last > from {
+                v.push((from, last, h));
+            }
+        }
+        v
     }
 
     fn finish(&mut self, gpu: GpuId, from: Ns, to: Ns) {
@@ -122,6 +157,34 @@ mod tests {
             (t.granted_ns, t.over_busy_ns),
             (150 + 200 + 100 + 50, 50 + 50)
         );
+    }
+
+    #[test]
+    fn a_closed_grant_is_held_for_the_reason_of_each_step_until_another() {
+        let mut l = GrantLog::default();
+        let g = GpuId(3);
+        let step = |l: &mut GrantLog, t: Ns, grant: Result<Ns, Held>| {
+            l.note(g, t, grant.ok());
+            l.note_held(g, t, grant.err());
+        };
+        step(&mut l, 100, Err(Held::NotInBubble));
+        step(&mut l, 150, Err(Held::NotInBubble));
+        step(&mut l, 200, Err(Held::LowConfidence));
+        step(&mut l, 300, Ok(500));
+        step(&mut l, 400, Err(Held::NotInBubble));
+        step(&mut l, 450, Err(Held::GuardOfShortest));
+        step(&mut l, 600, Err(Held::GuardOfShortest));
+        assert_eq!(
+            l.held(g),
+            vec![
+                (100, 200, Held::NotInBubble),
+                (200, 300, Held::LowConfidence),
+                (400, 450, Held::NotInBubble),
+                (450, 600, Held::GuardOfShortest)
+            ]
+        );
+        assert_eq!(l.intervals(g), vec![(300, 400)]);
+        assert!(l.held(GpuId(1)).is_empty());
     }
 
     #[test]

@@ -97,54 +97,137 @@ impl GrantPolicy {
     /// The grant of a GPU whose trainers are in `bubbles` now (`None`: a trainer is busy):
     /// `Some(until_ns)` to open it until then, `None` for closed.
     pub fn decide_gpu(&self, now: Ns, bubbles: &[Option<OpenBubble>]) -> Option<Ns> {
+        self.decide_gpu_why(now, bubbles).ok()
+    }
+
+    /// [`GrantPolicy::decide_gpu`], and why a closed grant is held: `Ok(until_ns)`, or the first
+    /// reason of the first trainer that holds it.
+    pub fn decide_gpu_why(&self, now: Ns, bubbles: &[Option<OpenBubble>]) -> Result<Ns, Held> {
         if bubbles.is_empty() {
-            return None;
+            return Err(Held::NotInBubble);
         }
         let mut until: Option<Ns> = None;
         let mut pause_until = now + self.pause_slice_ns;
         for b in bubbles {
-            let b = (*b)?;
+            let b = (*b).ok_or(Held::NotInBubble)?;
             // A bubble that begins once a transfer is over: not yet.
             if b.start > now {
-                return None;
+                return Err(Held::TransferFirst);
             }
-            match self.decide(now, Some(b)) {
-                Some(u) => until = Some(until.map_or(u, |x| x.min(u))),
+            match self.decide_why(now, b) {
+                Ok(u) => until = Some(until.map_or(u, |x| x.min(u))),
                 // A pause's grant, too, stops a guard before the transfer of an op in flight.
-                None if self.paused(now, &b) => {
+                Err(_) if self.paused(now, &b) => {
                     if let Some(x) = b.busy_from {
                         pause_until = pause_until.min(x.saturating_sub(self.guard_min_ns));
                     }
                 }
-                None => return None,
+                Err(why) => return Err(why),
             }
         }
+        // Each trainer's own grant left the minimum; a pause's only a transfer can shorten.
         let until = until.unwrap_or(pause_until);
-        (until >= now + self.min_grant_ns).then_some(until)
+        if until >= now + self.min_grant_ns {
+            Ok(until)
+        } else {
+            Err(Held::GuardOfTransfer)
+        }
     }
 
     /// The grant of one trainer's bubble from its prediction: `Some(until_ns)`, or `None`.
     pub fn decide(&self, now: Ns, open: Option<OpenBubble>) -> Option<Ns> {
-        let b = open?;
-        let predicted = b.predicted_end?;
-        if b.confidence < self.min_confidence || predicted <= b.start {
-            return None;
+        self.decide_why(now, open?).ok()
+    }
+
+    /// [`GrantPolicy::decide`] of an open bubble, and why no grant: `Ok(until_ns)` or the reason.
+    pub fn decide_why(&self, now: Ns, b: OpenBubble) -> Result<Ns, Held> {
+        let predicted = b.predicted_end.ok_or(Held::NoPrediction)?;
+        if predicted <= b.start {
+            return Err(Held::NoPrediction);
+        }
+        if b.confidence < self.min_confidence {
+            return Err(Held::LowConfidence);
         }
         // Never past the earliest end seen lately at this position (the trainer may be back that
         // soon), nor past the earliest start of a transfer of an op in flight; and spreads in
         // hand below that: the shortest of a few values is no bound on the next one (a bubble
         // that waits for a peer ends when the peer is ready, which varies; on torchtitan's ZBV
         // job grants ran 0.2-0.8 ms into a transfer that came earlier than any seen lately).
-        let end = predicted
-            .min(b.shortest_end.unwrap_or(Ns::MAX))
-            .min(b.busy_from.unwrap_or(Ns::MAX));
+        let shortest = b.shortest_end.unwrap_or(Ns::MAX);
+        let busy = b.busy_from.unwrap_or(Ns::MAX);
+        let end = predicted.min(shortest).min(busy);
+        // What the grant ends before (on a tie, the prediction: the op that ends the bubble is
+        // often the one whose transfer may begin then).
+        let limit = if busy < predicted.min(shortest) {
+            Held::GuardOfTransfer
+        } else if shortest < predicted {
+            Held::GuardOfShortest
+        } else {
+            Held::GuardOfPrediction
+        };
         if end <= b.start {
-            return None;
+            return Err(limit);
         }
         let spreads = b.spread_ns as f64 * self.guard_spreads;
         let guard = ((end - b.start) as f64 * self.guard_share + spreads) as Ns;
         let until = end.saturating_sub(guard.max(self.guard_min_ns));
-        (until >= now + self.min_grant_ns).then_some(until)
+        if until >= now + self.min_grant_ns {
+            Ok(until)
+        } else {
+            Err(limit)
+        }
+    }
+}
+
+/// Why a GPU's grant is closed, as the policy decided it at a step of the agent (the scores break
+/// the idle time nobody was granted down by it: `freeride sim --json`'s
+/// `"grants": {"coverage": {"held": ...}}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Held {
+    /// A trainer on the GPU is not in a bubble as the agent knows it: busy, or its bubble not
+    /// seen yet (the record that opens it on its way).
+    NotInBubble,
+    /// A trainer's bubble begins only once a transfer in flight is over.
+    TransferFirst,
+    /// Nothing predicted of a trainer's bubble (its position not learnt yet).
+    NoPrediction,
+    /// A prediction below the policy's confidence bar.
+    LowConfidence,
+    /// Less than the minimum grant left before the guard that keeps a grant's end before the
+    /// bubble's predicted end...
+    GuardOfPrediction,
+    /// ...before the shortest end seen lately at its position...
+    GuardOfShortest,
+    /// ...or before the earliest time an op in flight may start transferring (or it may already).
+    GuardOfTransfer,
+    /// A trainer's ends may still come late (read lazily): its bubble may be over already.
+    EndsLate,
+}
+
+impl Held {
+    pub const ALL: [Held; 8] = [
+        Held::NotInBubble,
+        Held::TransferFirst,
+        Held::NoPrediction,
+        Held::LowConfidence,
+        Held::GuardOfPrediction,
+        Held::GuardOfShortest,
+        Held::GuardOfTransfer,
+        Held::EndsLate,
+    ];
+
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Held::NotInBubble => "not_in_bubble",
+            Held::TransferFirst => "transfer_first",
+            Held::NoPrediction => "no_prediction",
+            Held::LowConfidence => "low_confidence",
+            Held::GuardOfPrediction => "guard_before_predicted_end",
+            Held::GuardOfShortest => "guard_before_shortest_recent_end",
+            Held::GuardOfTransfer => "guard_before_transfer",
+            Held::EndsLate => "ends_late",
+        }
     }
 }
 
@@ -163,11 +246,12 @@ struct Published {
     side_mem: u64,
 }
 
-/// Every GPU's grant now, as `policy` decides it from its trainers' bubbles.
-pub fn decide_all(policy: &GrantPolicy, gpus: &Gpus, now: Ns) -> Vec<(GpuId, Option<Ns>)> {
+/// Every GPU's grant now, as `policy` decides it from its trainers' bubbles (`Err`: why it is
+/// closed).
+pub fn decide_all(policy: &GrantPolicy, gpus: &Gpus, now: Ns) -> Vec<(GpuId, Result<Ns, Held>)> {
     gpus.gpus()
         .into_iter()
-        .map(|g| (g, policy.decide_gpu(now, &gpus.open_on(g))))
+        .map(|g| (g, policy.decide_gpu_why(now, &gpus.open_on(g))))
         .collect()
 }
 
@@ -258,17 +342,22 @@ impl Grants {
         }
     }
 
-    /// Publishes GPU `gpu`'s grant: `grant` is what the policy decided (`Some(until)`: open).
+    /// Publishes GPU `gpu`'s grant: `grant` is what the policy decided (`Ok(until)`: open;
+    /// `Err`: closed, and why, which only the log keeps).
     /// `trainer_mem`: device memory its trainers hold (summed); `side_ring_mem`: (pid, bytes) of
     /// the side-task processes on it that run under the interposer.
     pub fn update(
         &mut self,
         now: Ns,
         gpu: GpuId,
-        grant: Option<Ns>,
+        grant: Result<Ns, Held>,
         trainer_mem: u64,
         side_ring_mem: &[(u32, u64)],
     ) {
+        let (grant, held) = match grant {
+            Ok(until) => (Some(until), None),
+            Err(why) => (None, Some(why)),
+        };
         if !gpu.is_known() {
             return;
         }
@@ -300,6 +389,7 @@ impl Grants {
         };
         if let Some(log) = &mut self.log {
             log.note(gpu, now, until);
+            log.note_held(gpu, now, held);
         }
         let want = Published {
             grant: grant.map(|until| {
@@ -401,6 +491,42 @@ mod tests {
         assert_eq!(p.decide_gpu(2_000_000, &[]), None);
         // A trainer idle with nothing predicted holds it closed...
         assert_eq!(p.decide_gpu(2_000_000, &[a, bubble(0, None, 0.0)]), None);
+    }
+
+    #[test]
+    fn a_closed_grant_says_why() {
+        let p = GrantPolicy::default();
+        let ok = bubble(0, Some(20_000_000), 1.0);
+        assert!(p.decide_gpu_why(1_000_000, &[ok]).is_ok());
+        assert_eq!(
+            p.decide_gpu_why(1_000_000, &[ok, None]),
+            Err(Held::NotInBubble)
+        );
+        let why = |b| p.decide_gpu_why(1_000_000, &[b]);
+        assert_eq!(why(bubble(0, None, 0.0)), Err(Held::NoPrediction));
+        assert_eq!(
+            why(bubble(0, Some(20_000_000), 0.2)),
+            Err(Held::LowConfidence)
+        );
+        assert_eq!(
+            why(bubble(2_000_000, Some(20_000_000), 1.0)),
+            Err(Held::TransferFirst)
+        );
+        // Too late in the bubble: what its grant would end before names the guard.
+        assert_eq!(
+            why(bubble(0, Some(1_500_000), 1.0)),
+            Err(Held::GuardOfPrediction)
+        );
+        let mut b = ok.unwrap();
+        b.shortest_end = Some(1_500_000);
+        assert_eq!(p.decide_why(1_000_000, b), Err(Held::GuardOfShortest));
+        b.busy_from = Some(1_000_000);
+        assert_eq!(p.decide_why(1_000_000, b), Err(Held::GuardOfTransfer));
+        // The op that ends the bubble may start transferring at its predicted end: that is the
+        // prediction's guard.
+        let mut b = bubble(0, Some(1_500_000), 1.0).unwrap();
+        b.busy_from = Some(1_500_000);
+        assert_eq!(p.decide_why(1_000_000, b), Err(Held::GuardOfPrediction));
     }
 
     #[test]

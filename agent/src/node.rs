@@ -4,7 +4,7 @@ use crate::bell::{pause_for, Bell};
 use crate::collect::{Collector, ProcessView, TrainerObs};
 use crate::ends::{self, EndsSteering};
 use crate::grant_log::GrantLog;
-use crate::grants::{decide_all, GrantPolicy, Grants};
+use crate::grants::{decide_all, GrantPolicy, Grants, Held};
 use crate::inference::gpus::Gpus;
 use crate::inference::{Bubble, GpuId, Ns, OpenBubble};
 use crate::report_lag::ReportLag;
@@ -194,7 +194,10 @@ impl Node {
                 // A trainer whose ends may still come late: the bubble may already be over. Read
                 // now, after the steering above (see ends::ends_may_be_late).
                 let late = trainers.iter().map(|&p| self.collector.ends_late_until(p));
-                let grant = grant.filter(|_| !ends::ends_may_be_late(late, now));
+                let grant = match grant {
+                    Ok(_) if ends::ends_may_be_late(late, now) => Err(Held::EndsLate),
+                    g => g,
+                };
                 // Memory on this GPU, whatever GPU each process mostly uses.
                 let ordinal = gpu.field();
                 let mem = procs

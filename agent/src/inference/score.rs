@@ -38,6 +38,30 @@ pub fn overlap(a: &[(Ns, Ns)], b: &[(Ns, Ns)]) -> Ns {
     sum
 }
 
+/// The parts of merged intervals `a` that merged intervals `b` do not cover.
+pub fn minus(a: &[(Ns, Ns)], b: &[(Ns, Ns)]) -> Vec<(Ns, Ns)> {
+    let mut out = vec![];
+    let mut j = 0;
+    for &(lo, hi) in a {
+        let mut at = lo;
+        while j < b.len() && b[j].1 <= at {
+            j += 1;
+        }
+        let mut k = j;
+        while k < b.len() && b[k].0 < hi {
+            if b[k].0 > at {
+                out.push((at, b[k].0));
+            }
+            at = at.max(b[k].1);
+            k += 1;
+        }
+        if at < hi {
+            out.push((at, hi));
+        }
+    }
+    out
+}
+
 /// Clips merged intervals to `[lo, hi)`.
 pub fn clip(v: &[(Ns, Ns)], lo: Ns, hi: Ns) -> Vec<(Ns, Ns)> {
     v.iter()
@@ -195,6 +219,19 @@ impl Coverage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn minus_leaves_what_the_other_does_not_cover() {
+        let a = [(0, 10), (20, 30), (40, 50)];
+        let b = [(5, 8), (9, 22), (25, 26), (45, 60)];
+        assert_eq!(
+            minus(&a, &b),
+            vec![(0, 5), (8, 9), (22, 25), (26, 30), (40, 45)]
+        );
+        assert_eq!(minus(&a, &[]), a.to_vec());
+        assert!(minus(&[], &b).is_empty());
+        assert!(minus(&[(1, 2)], &[(0, 3)]).is_empty());
+    }
 
     #[test]
     fn granted_time_on_busy_time_is_over_busy() {

@@ -130,6 +130,34 @@ fn check_inference(args: &[&str]) {
         (sum - 1.0).abs() < 0.001,
         "coverage parts sum to {sum}: {r}"
     );
+    // What was not granted, by why the grant was held closed: the reasons cover the rest, and
+    // (the agent steps every few hundred µs at most) name nearly all of it.
+    let held = c["held"].as_object().unwrap();
+    let mut names: Vec<&str> = held.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    let mut documented = [
+        "not_in_bubble",
+        "transfer_first",
+        "no_prediction",
+        "low_confidence",
+        "guard_before_predicted_end",
+        "guard_before_shortest_recent_end",
+        "guard_before_transfer",
+        "ends_late",
+        "not_noted",
+    ];
+    documented.sort_unstable();
+    assert_eq!(names, documented, "held reasons");
+    let held_sum: f64 = held.values().map(|v| v.as_f64().unwrap()).sum();
+    let not_granted = 1.0 - c["granted"].as_f64().unwrap();
+    assert!(
+        (held_sum - not_granted).abs() < 0.001,
+        "held parts sum to {held_sum}, not {not_granted}: {r}"
+    );
+    assert!(
+        held["not_noted"].as_f64().unwrap() <= 0.5 * not_granted.max(0.01),
+        "most of what was not granted has no reason: {r}"
+    );
     let idle_ms = c["idle_ms"].as_f64().unwrap();
     let granted_idle_ms = c["granted"].as_f64().unwrap() * idle_ms;
     assert!(

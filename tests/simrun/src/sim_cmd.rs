@@ -1,5 +1,6 @@
 //! `freeride sim`: pipesim under freeride with the agent, scored against the ground truth.
 use clap::Args;
+use freeride_agent::grants::Held;
 use freeride_agent::inference::score::GrantTally;
 use freeride_sim::sim::{self, p50_p99};
 use freeride_sim::sim_report;
@@ -214,6 +215,18 @@ pub fn main(a: SimArgs) -> i32 {
         "ungranted_under_1ms": r(c.share(c.ungranted_short_ns), 4),
         "ungranted": r(c.share(c.ungranted_ns), 4),
     });
+    // The idle time no grant covered (the four parts above but "granted"), by why the agent held
+    // the GPU's grant closed then.
+    let mut held = serde_json::Map::new();
+    for why in Held::ALL {
+        let ns = grants.held.by.get(&why).copied().unwrap_or(0);
+        held.insert(why.name().into(), json!(r(c.share(ns), 4)));
+    }
+    held.insert(
+        "not_noted".into(),
+        json!(r(c.share(grants.held.not_noted_ns), 4)),
+    );
+    report["grants"]["coverage"]["held"] = held.into();
     report["per_gpu"] = freeride_sim::sim_gpus::per_gpu(&res)
         .iter()
         .map(|g| {

@@ -11,12 +11,18 @@
 //! `coverage` is the other side: where each rank's true idle time went against the grants of the
 //! GPU its agent put it on ([`Coverage`]): what a side task could have had and did not, by cause.
 //!
+//! `held` breaks the idle time no grant covered down by why the agent held its GPU's grant closed
+//! then ([`HeldTally`]): where a better prediction, a faster look or a narrower guard would gain.
+//!
 //! `used` is what the side tasks made of it: their GPU time inside the grants of the GPU they ran
 //! on against the time granted there ([`GrantUse`]). Harvest is about coverage x use: a grant the
 //! side task cannot fill (its host thread starved of CPU, its steps longer than what is left) is
 //! the side task's or the host's loss, not the agent's.
 use crate::sim::{scored_iterations, SimResult};
-use freeride_agent::inference::score::{clip, merge, Coverage, GrantTally, Tally};
+use freeride_agent::grants::Held;
+use freeride_agent::inference::score::{
+    clip, merge, minus, overlap, total, Coverage, GrantTally, Tally,
+};
 use freeride_agent::inference::{GpuId, Ns};
 use std::collections::BTreeMap;
 
@@ -27,7 +33,43 @@ pub struct GrantScores {
     pub per_rank: Vec<GrantTally>,
     /// All ranks' idle time against their GPUs' grants.
     pub coverage: Coverage,
+    /// The idle time no grant covered, by why its GPU's grant was held closed.
+    pub held: HeldTally,
     pub used: GrantUse,
+}
+
+/// Idle time that no grant covered, by the reason the agent held the grant of the rank's GPU
+/// closed then ([`Held`]); `not_noted_ns` is the rest: the agent noted no reason (a grant that
+/// lapsed at its deadline before the agent's next step, a GPU it had not seen yet).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HeldTally {
+    pub by: BTreeMap<Held, Ns>,
+    pub ungranted_ns: Ns,
+    pub not_noted_ns: Ns,
+}
+
+impl HeldTally {
+    /// Adds one rank's idle time against its GPU's grants and holds (none need be merged).
+    pub fn add(&mut self, idle: &[(Ns, Ns)], granted: &[(Ns, Ns)], held: &[(Ns, Ns, Held)]) {
+        let left = minus(&merge(idle.to_vec()), &merge(granted.to_vec()));
+        let left_ns = total(&left);
+        self.ungranted_ns += left_ns;
+        let mut labelled = 0;
+        for why in Held::ALL {
+            let of: Vec<(Ns, Ns)> = held
+                .iter()
+                .filter(|h| h.2 == why)
+                .map(|h| (h.0, h.1))
+                .collect();
+            let ns = overlap(&left, &merge(of));
+            if ns > 0 {
+                *self.by.entry(why).or_default() += ns;
+                labelled += ns;
+            }
+        }
+        // A step's reason lasts until the next step's: intervals of one GPU never overlap.
+        self.not_noted_ns += left_ns.saturating_sub(labelled);
+    }
 }
 
 /// Side-task GPU time inside grants against the time granted, summed over GPUs.
@@ -115,14 +157,21 @@ pub fn score(r: &SimResult) -> GrantScores {
         overall.add(*t);
     }
     let mut coverage = Coverage::default();
+    let mut held = HeldTally::default();
     for (rank, k) in key_of.iter().enumerate() {
-        let granted = k
-            .and_then(|(node, gpu)| r.grant_logs.get(node).map(|log| log.intervals(gpu)))
-            .unwrap_or_default();
-        coverage.add(Coverage::of(
-            &idle_of(r, rank),
-            &clip(&merge(granted), from, to),
-        ));
+        let log = k.and_then(|(node, gpu)| r.grant_logs.get(node).map(|log| (log, gpu)));
+        let granted = clip(
+            &merge(log.map(|(l, g)| l.intervals(g)).unwrap_or_default()),
+            from,
+            to,
+        );
+        let idle = idle_of(r, rank);
+        coverage.add(Coverage::of(&idle, &granted));
+        held.add(
+            &idle,
+            &granted,
+            &log.map(|(l, g)| l.held(g)).unwrap_or_default(),
+        );
     }
     // Per GPU of the agent once (ranks the agent put on one GPU share its grants): the side-task
     // kernels on the simulated device of its first rank.
@@ -150,6 +199,7 @@ pub fn score(r: &SimResult) -> GrantScores {
     GrantScores {
         overall,
         coverage,
+        held,
         used,
         per_rank: key_of
             .iter()
@@ -187,8 +237,16 @@ mod tests {
             .unwrap()
         };
         let mut log = GrantLog::new(0);
-        log.note(a, 220, Some(260));
-        log.note(a, 260, None);
+        // GPU A's steps: held for low confidence from 200, granted 220..260, then held before
+        // the shortest recent end up to the last step at 300.
+        let mut step = |t: Ns, grant: Result<Ns, Held>| {
+            log.note(a, t, grant.ok());
+            log.note_held(a, t, grant.err());
+        };
+        step(200, Err(Held::LowConfidence));
+        step(220, Ok(260));
+        step(260, Err(Held::GuardOfShortest));
+        step(300, Err(Held::GuardOfShortest));
         log.note(b, 210, Some(230));
         log.note(b, 230, None);
         let bubble = |pid, gpu| BubbleRecord {
@@ -227,7 +285,16 @@ mod tests {
             per_node: vec![],
             sidetask_ends: vec![],
         };
-        let u = score(&r).used;
+        let scores = score(&r);
+        // Idle 200..300 on both GPUs: A granted 220..260 and held for its reasons the rest, B
+        // granted 210..230 and held for none noted.
+        let h = &scores.held;
+        assert_eq!(h.ungranted_ns, 60 + 80);
+        assert_eq!(h.by.get(&Held::LowConfidence), Some(&20));
+        assert_eq!(h.by.get(&Held::GuardOfShortest), Some(&40));
+        assert_eq!(h.by.len(), 2);
+        assert_eq!(h.not_noted_ns, 80);
+        let u = scores.used;
         assert_eq!((u.granted_ns, u.used_ns), (60, 30), "{u:?}");
         assert_eq!(u.share(), Some(0.5));
         assert_eq!(GrantUse::default().share(), None);

@@ -192,6 +192,22 @@ pub fn render(r: &Value) -> String {
                 pct(&c["ungranted"]),
                 pct(&c["ungranted_under_1ms"]),
             );
+            // What held the grants closed over the rest, largest first.
+            if let Some(held) = c["held"].as_object() {
+                let mut v: Vec<(&String, f64)> = held
+                    .iter()
+                    .filter_map(|(k, x)| Some((k, x.as_f64()?)))
+                    .filter(|&(_, x)| x > 0.0)
+                    .collect();
+                v.sort_by(|a, b| b.1.total_cmp(&a.1));
+                if !v.is_empty() {
+                    let parts: Vec<String> = v
+                        .iter()
+                        .map(|(k, x)| format!("{} {}", k.replace('_', " "), pct(&json!(x))))
+                        .collect();
+                    let _ = writeln!(s, "           not granted because: {}", parts.join(", "));
+                }
+            }
         }
         rest(&mut s, g, &["granted_ms", "over_busy_share", "coverage"]);
     }

@@ -28,6 +28,9 @@ impl Agent for NodeAgent {
     fn grants(&mut self, now: Ns) -> Vec<(GpuId, Option<Ns>)> {
         self.max_pending = self.max_pending.max(self.gpus.pending_ops());
         decide_all(&self.policy, &self.gpus, now)
+            .into_iter()
+            .map(|(g, grant)| (g, grant.ok()))
+            .collect()
     }
 
     fn take_closed(&mut self) -> Vec<(u32, GpuId, Bubble)> {
