@@ -6,6 +6,7 @@
 //! anything predicted: evaluation, checkpointing, a data-loader stall), short renewable grants,
 //! closed by the trainer's next launch.
 use crate::grant_log::GrantLog;
+use crate::grant_time::GrantTime;
 use crate::inference::gpus::Gpus;
 use crate::inference::obs::gpu_of_record;
 use crate::inference::{GpuId, Ns, OpenBubble};
@@ -216,6 +217,11 @@ impl Held {
         Held::EndsLate,
     ];
 
+    /// Its place in [`Held::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// Its name in reports.
     pub fn name(self) -> &'static str {
         match self {
@@ -271,6 +277,8 @@ pub struct Grants {
     trainer_mem: BTreeMap<GpuId, u64>,
     /// Every grant published, when asked for ([`Grants::with_log`]).
     log: Option<GrantLog>,
+    /// Each GPU's bubble time granted and held, over the agent's life.
+    times: BTreeMap<GpuId, GrantTime>,
 }
 
 impl Grants {
@@ -285,6 +293,7 @@ impl Grants {
             warnings: vec![],
             trainer_mem: BTreeMap::new(),
             log: None,
+            times: BTreeMap::new(),
         }
     }
 
@@ -306,6 +315,11 @@ impl Grants {
         } else {
             self.policy.fresh_ns
         }
+    }
+
+    /// GPU `gpu`'s bubble time granted and held so far.
+    pub fn time_of(&self, gpu: GpuId) -> Option<GrantTime> {
+        self.times.get(&gpu).copied()
     }
 
     /// The grants published so far, when logged.
@@ -354,6 +368,7 @@ impl Grants {
         trainer_mem: u64,
         side_ring_mem: &[(u32, u64)],
     ) {
+        let outcome = grant;
         let (grant, held) = match grant {
             Ok(until) => (Some(until), None),
             Err(why) => (None, Some(why)),
@@ -361,6 +376,7 @@ impl Grants {
         if !gpu.is_known() {
             return;
         }
+        self.times.entry(gpu).or_default().step(now, outcome);
         self.trainer_mem.insert(gpu, trainer_mem);
         if !self.writers.contains_key(&gpu) {
             match GrantWriter::create(&self.dir, gpu) {
@@ -495,6 +511,9 @@ mod tests {
 
     #[test]
     fn a_closed_grant_says_why() {
+        for (i, h) in Held::ALL.iter().enumerate() {
+            assert_eq!(h.index(), i, "{h:?}");
+        }
         let p = GrantPolicy::default();
         let ok = bubble(0, Some(20_000_000), 1.0);
         assert!(p.decide_gpu_why(1_000_000, &[ok]).is_ok());

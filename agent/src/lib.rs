@@ -8,6 +8,7 @@ pub mod doctor;
 pub mod ends;
 pub mod evict;
 pub mod grant_log;
+pub mod grant_time;
 pub mod grants;
 pub mod inference;
 pub mod layout;

@@ -4,6 +4,7 @@ use crate::bell::{pause_for, Bell};
 use crate::collect::{Collector, ProcessView, TrainerObs};
 use crate::ends::{self, EndsSteering};
 use crate::grant_log::GrantLog;
+use crate::grant_time::GrantTime;
 use crate::grants::{decide_all, GrantPolicy, Grants, Held};
 use crate::inference::gpus::Gpus;
 use crate::inference::{Bubble, GpuId, Ns, OpenBubble};
@@ -37,6 +38,8 @@ pub struct GpuState {
     pub bubbles: u64,
     /// When the agent first saw a trainer on this GPU.
     pub since_ns: Ns,
+    /// Its bubble time granted and held closed (by reason) so far, where this node grants.
+    pub grant_time: Option<GrantTime>,
 }
 
 /// The agent's pause between steps while no process is watched (an idle node): a few wake-ups per
@@ -286,6 +289,7 @@ impl Node {
                     bubble_ns_total: 0,
                     bubbles: 0,
                     since_ns: Ns::MAX,
+                    grant_time: self.grants.as_ref().and_then(|g| g.time_of(gpu)),
                 };
                 for (pid, t, since) in self.gpus.on(gpu) {
                     g.trainers.push(pid);

@@ -1,6 +1,8 @@
 //! The agent's published state: a JSON file in the session directory (for `freeride status`) and
 //! Prometheus text (for the node's monitoring).
 use crate::collect::ProcessView;
+use crate::grant_time::GrantTime;
+use crate::grants::Held;
 use crate::node::GpuState;
 use crate::watchdog::{Reason, Watchdog};
 use serde_json::{json, Value};
@@ -27,6 +29,7 @@ pub fn to_json(now_ns: u64, agent_pid: u32, gpus: &[GpuState], procs: &[ProcessV
             "bubbles": g.bubbles,
             "bubble_ns_total": g.bubble_ns_total,
             "bubble_share": if now_ns > g.since_ns { g.bubble_ns_total as f64 / (now_ns - g.since_ns) as f64 } else { 0.0 },
+            "grants": g.grant_time.map(|t| grant_time_json(&t)),
         })).collect::<Vec<_>>(),
         "processes": procs.iter().map(|p| json!({
             "pid": p.pid,
@@ -40,6 +43,17 @@ pub fn to_json(now_ns: u64, agent_pid: u32, gpus: &[GpuState], procs: &[ProcessV
             "ends_late_until_ns": p.ends_late_until_ns,
         })).collect::<Vec<_>>(),
     })
+}
+
+/// A GPU's bubble time granted and held closed, by reason (`not_in_bubble` is never counted: the
+/// GPU was not in a bubble as the agent knew it).
+fn grant_time_json(t: &GrantTime) -> Value {
+    let held: serde_json::Map<String, Value> = Held::ALL
+        .iter()
+        .filter(|&&h| h != Held::NotInBubble)
+        .map(|&h| (h.name().to_string(), json!(t.held_ns[h.index()])))
+        .collect();
+    json!({"granted_ns": t.granted_ns, "held_ns": held})
 }
 
 /// The side tasks of the node (`"sidetasks"."tasks"` of `agent-status.json`): the SDK tasks' status
@@ -185,6 +199,38 @@ pub fn prometheus(gpus: &[GpuState], procs: &[ProcessView]) -> String {
             g.gpu,
             u8::from(g.open.is_some())
         );
+    }
+    let _ = writeln!(
+        s,
+        "# HELP freeride_granted_seconds_total Bubble time (as the agent saw it) the GPU's grant was open."
+    );
+    let _ = writeln!(s, "# TYPE freeride_granted_seconds_total counter");
+    for g in gpus {
+        if let Some(t) = &g.grant_time {
+            let _ = writeln!(
+                s,
+                "freeride_granted_seconds_total{{gpu=\"{}\"}} {:.6}",
+                g.gpu,
+                t.granted_ns as f64 / 1e9
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "# HELP freeride_held_seconds_total Bubble time (as the agent saw it) the GPU's grant was held closed, by reason."
+    );
+    let _ = writeln!(s, "# TYPE freeride_held_seconds_total counter");
+    for g in gpus {
+        let Some(t) = &g.grant_time else { continue };
+        for &h in Held::ALL.iter().filter(|&&h| h != Held::NotInBubble) {
+            let _ = writeln!(
+                s,
+                "freeride_held_seconds_total{{gpu=\"{}\",reason=\"{}\"}} {:.6}",
+                g.gpu,
+                h.name(),
+                t.held_ns[h.index()] as f64 / 1e9
+            );
+        }
     }
     let _ = writeln!(
         s,

@@ -104,6 +104,7 @@ pub fn main(a: StatusArgs) -> i32 {
         } else {
             "busy".to_string()
         };
+        let granted = granted_line(&g["grants"]);
         println!(
             "{:<12}  {:<16} {:>12} {:>12} {:>10}  {state}",
             bus_id(g),
@@ -117,6 +118,9 @@ pub fn main(a: StatusArgs) -> i32 {
                 .unwrap_or_default(),
             g["bubbles"].to_string(),
         );
+        if let Some(line) = granted {
+            println!("{:<12}  {line}", "");
+        }
     }
     print_sidetasks(&v["sidetasks"]);
     match v["ends"].as_str() {
@@ -127,6 +131,33 @@ pub fn main(a: StatusArgs) -> i32 {
         _ => {}
     }
     0
+}
+
+/// What share of a GPU's bubble time was granted, and what held the rest closed (largest first):
+/// `None` before the agent decided on any of it (or where it grants nothing).
+fn granted_line(v: &Value) -> Option<String> {
+    let granted = v["granted_ns"].as_u64()?;
+    let mut held: Vec<(&str, u64)> = v["held_ns"]
+        .as_object()?
+        .iter()
+        .filter_map(|(k, x)| Some((k.as_str(), x.as_u64()?)))
+        .filter(|&(_, ns)| ns > 0)
+        .collect();
+    let total = granted + held.iter().map(|&(_, ns)| ns).sum::<u64>();
+    if total == 0 {
+        return None;
+    }
+    held.sort_by_key(|h| std::cmp::Reverse(h.1));
+    let pct = |ns: u64| format!("{:.1} %", ns as f64 * 100.0 / total as f64);
+    let mut line = format!("granted {} of its bubbles", pct(granted));
+    if !held.is_empty() {
+        let why: Vec<String> = held
+            .iter()
+            .map(|&(k, ns)| format!("{} {}", k.replace('_', " "), pct(ns)))
+            .collect();
+        line += &format!("; held closed: {}", why.join(", "));
+    }
+    Some(line)
 }
 
 /// The GPU an entry of the state names, by bus id (its `bus_id`, else its `device` field).
@@ -181,5 +212,28 @@ fn print_sidetasks(st: &Value) {
                 .as_u64()
                 .map_or("-".into(), |b| format!("{} MiB", b >> 20)),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_granted_line_names_what_held_the_rest_largest_first() {
+        let g = json!({"granted_ns": 600, "held_ns": {"low_confidence": 100, "ends_late": 0,
+            "guard_before_predicted_end": 300}});
+        assert_eq!(
+            granted_line(&g).as_deref(),
+            Some("granted 60.0 % of its bubbles; held closed: guard before predicted end 30.0 %, low confidence 10.0 %")
+        );
+        let all = json!({"granted_ns": 5, "held_ns": {"low_confidence": 0}});
+        assert_eq!(
+            granted_line(&all).as_deref(),
+            Some("granted 100.0 % of its bubbles")
+        );
+        assert_eq!(granted_line(&json!({"granted_ns": 0, "held_ns": {}})), None);
+        assert_eq!(granted_line(&Value::Null), None);
     }
 }

@@ -19,6 +19,7 @@ fn exported() -> BTreeMap<String, BTreeSet<String>> {
         bubble_ns_total: 1,
         bubbles: 1,
         since_ns: 0,
+        grant_time: Some(Default::default()),
     };
     let proc = ProcessView {
         pid: 1,

@@ -78,10 +78,18 @@ fn a_restarted_agent_relearns_from_live_rings() {
     let mut a = agent(&dir);
     std::thread::sleep(Duration::from_millis(200));
     let mut j = job(&dir, 14);
-    assert!(
-        wait_learnt(&dir, 2, Duration::from_secs(20)).is_some(),
-        "first agent never learnt the job"
-    );
+    let learnt = wait_learnt(&dir, 2, Duration::from_secs(20));
+    assert!(learnt.is_some(), "first agent never learnt the job");
+    // Each GPU says how much of its bubble time was granted and what held the rest closed (with no
+    // side task on the node the trainers' ends are read lazily, and nothing is granted).
+    for g in learnt.unwrap()["gpus"].as_array().unwrap() {
+        let t = &g["grants"];
+        let held = t["held_ns"].as_object();
+        assert!(
+            t["granted_ns"].is_u64() && held.is_some_and(|h| h.len() == 7),
+            "{g}"
+        );
+    }
     a.kill().unwrap();
     a.wait().unwrap();
     let killed_at = Instant::now();
