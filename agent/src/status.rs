@@ -159,105 +159,155 @@ pub fn publish(dir: &Path, value: &Value) -> std::io::Result<()> {
     std::fs::rename(&tmp, dir.join(STATUS_FILE))
 }
 
+/// One metric family of the exposition: its help and type lines, then a sample per
+/// (labels, value), labels as `k="v",...`.
+fn family(s: &mut String, name: &str, kind: &str, help: &str, samples: Vec<(String, String)>) {
+    let _ = writeln!(s, "# HELP {name} {help}");
+    let _ = writeln!(s, "# TYPE {name} {kind}");
+    for (labels, value) in samples {
+        let _ = writeln!(s, "{name}{{{labels}}} {value}");
+    }
+}
+
+/// Seconds from nanoseconds, as the exposition writes them.
+fn secs(ns: u64) -> String {
+    format!("{:.6}", ns as f64 / 1e9)
+}
+
 /// Prometheus text exposition of the state.
 pub fn prometheus(gpus: &[GpuState], procs: &[ProcessView]) -> String {
     let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "# HELP freeride_bubble_seconds_total GPU idle time of trainers found by the agent."
+    let per_gpu = |f: &dyn Fn(&GpuState) -> String| -> Vec<(String, String)> {
+        gpus.iter()
+            .map(|g| (format!("gpu=\"{}\"", g.gpu), f(g)))
+            .collect()
+    };
+    family(
+        &mut s,
+        "freeride_bubble_seconds_total",
+        "counter",
+        "GPU idle time of trainers found by the agent.",
+        per_gpu(&|g| secs(g.bubble_ns_total)),
     );
-    let _ = writeln!(s, "# TYPE freeride_bubble_seconds_total counter");
-    for g in gpus {
-        let _ = writeln!(
-            s,
-            "freeride_bubble_seconds_total{{gpu=\"{}\"}} {:.6}",
-            g.gpu,
-            g.bubble_ns_total as f64 / 1e9
-        );
-    }
-    let _ = writeln!(
-        s,
-        "# HELP freeride_bubbles_total Bubbles found by the agent."
+    family(
+        &mut s,
+        "freeride_bubbles_total",
+        "counter",
+        "Bubbles found by the agent.",
+        per_gpu(&|g| g.bubbles.to_string()),
     );
-    let _ = writeln!(s, "# TYPE freeride_bubbles_total counter");
-    for g in gpus {
-        let _ = writeln!(
-            s,
-            "freeride_bubbles_total{{gpu=\"{}\"}} {}",
-            g.gpu, g.bubbles
-        );
-    }
-    let _ = writeln!(
-        s,
-        "# HELP freeride_bubble_open 1 while a bubble is open on the GPU."
+    family(
+        &mut s,
+        "freeride_bubble_open",
+        "gauge",
+        "1 while a bubble is open on the GPU.",
+        per_gpu(&|g| u8::from(g.open.is_some()).to_string()),
     );
-    let _ = writeln!(s, "# TYPE freeride_bubble_open gauge");
-    for g in gpus {
-        let _ = writeln!(
-            s,
-            "freeride_bubble_open{{gpu=\"{}\"}} {}",
-            g.gpu,
-            u8::from(g.open.is_some())
-        );
-    }
-    let _ = writeln!(
-        s,
-        "# HELP freeride_granted_seconds_total Bubble time (as the agent saw it) the GPU's grant was open."
+    let granted = gpus.iter().filter_map(|g| Some((g, g.grant_time?)));
+    family(
+        &mut s,
+        "freeride_granted_seconds_total",
+        "counter",
+        "Bubble time (as the agent saw it) the GPU's grant was open.",
+        granted
+            .clone()
+            .map(|(g, t)| (format!("gpu=\"{}\"", g.gpu), secs(t.granted_ns)))
+            .collect(),
     );
-    let _ = writeln!(s, "# TYPE freeride_granted_seconds_total counter");
-    for g in gpus {
-        if let Some(t) = &g.grant_time {
-            let _ = writeln!(
-                s,
-                "freeride_granted_seconds_total{{gpu=\"{}\"}} {:.6}",
-                g.gpu,
-                t.granted_ns as f64 / 1e9
-            );
-        }
-    }
-    let _ = writeln!(
-        s,
-        "# HELP freeride_held_seconds_total Bubble time (as the agent saw it) the GPU's grant was held closed, by reason."
+    family(
+        &mut s,
+        "freeride_held_seconds_total",
+        "counter",
+        "Bubble time (as the agent saw it) the GPU's grant was held closed, by reason.",
+        granted
+            .flat_map(|(g, t)| {
+                Held::ALL
+                    .iter()
+                    .filter(|&&h| h != Held::NotInBubble)
+                    .map(move |&h| {
+                        (
+                            format!("gpu=\"{}\",reason=\"{}\"", g.gpu, h.name()),
+                            secs(t.held_ns[h.index()]),
+                        )
+                    })
+            })
+            .collect(),
     );
-    let _ = writeln!(s, "# TYPE freeride_held_seconds_total counter");
-    for g in gpus {
-        let Some(t) = &g.grant_time else { continue };
-        for &h in Held::ALL.iter().filter(|&&h| h != Held::NotInBubble) {
-            let _ = writeln!(
-                s,
-                "freeride_held_seconds_total{{gpu=\"{}\",reason=\"{}\"}} {:.6}",
-                g.gpu,
-                h.name(),
-                t.held_ns[h.index()] as f64 / 1e9
-            );
-        }
-    }
-    let _ = writeln!(
-        s,
-        "# HELP freeride_dropped_events_total Events a process dropped because its ring was full."
+    family(
+        &mut s,
+        "freeride_dropped_events_total",
+        "counter",
+        "Events a process dropped because its ring was full.",
+        procs
+            .iter()
+            .map(|p| {
+                (
+                    format!("pid=\"{}\",gpu=\"{}\"", p.pid, p.device),
+                    p.dropped.to_string(),
+                )
+            })
+            .collect(),
     );
-    let _ = writeln!(s, "# TYPE freeride_dropped_events_total counter");
-    for p in procs {
-        let _ = writeln!(
-            s,
-            "freeride_dropped_events_total{{pid=\"{}\",gpu=\"{}\"}} {}",
-            p.pid, p.device, p.dropped
-        );
-    }
-    let _ = writeln!(
-        s,
-        "# HELP freeride_process_memory_bytes Device memory a process holds on a GPU (every hooked allocation path)."
+    family(
+        &mut s,
+        "freeride_process_memory_bytes",
+        "gauge",
+        "Device memory a process holds on a GPU (every hooked allocation path).",
+        procs
+            .iter()
+            .flat_map(|p| {
+                let role = p.role.map_or("unknown", |r| r.name());
+                p.mem_by_device.iter().map(move |(d, b)| {
+                    (
+                        format!("pid=\"{}\",role=\"{role}\",gpu=\"{d}\"", p.pid),
+                        b.to_string(),
+                    )
+                })
+            })
+            .collect(),
     );
-    let _ = writeln!(s, "# TYPE freeride_process_memory_bytes gauge");
-    for p in procs {
-        let role = p.role.map_or("unknown", |r| r.name());
-        for (d, b) in &p.mem_by_device {
-            let _ = writeln!(
-                s,
-                "freeride_process_memory_bytes{{pid=\"{}\",role=\"{role}\",gpu=\"{d}\"}} {b}",
-                p.pid
-            );
-        }
-    }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inference::GpuId;
+
+    #[test]
+    fn a_gpus_granted_and_held_time_is_exported_where_it_grants() {
+        let mut t = GrantTime::default();
+        t.step(0, Err(Held::LowConfidence));
+        t.step(1_500_000, Ok(3_000_000));
+        t.step(2_000_000, Err(Held::NotInBubble));
+        let gpu = |id, grant_time| GpuState {
+            gpu: GpuId(id),
+            trainers: vec![1],
+            open: None,
+            period_ns: None,
+            ops_per_iteration: 0,
+            bubble_ns_total: 0,
+            bubbles: 0,
+            since_ns: 0,
+            grant_time,
+        };
+        let (a, b) = (gpu(0x1001, Some(t)), gpu(0x1002, None));
+        let text = prometheus(&[a.clone(), b], &[]);
+        let g = a.gpu;
+        assert!(text.contains(&format!(
+            "freeride_granted_seconds_total{{gpu=\"{g}\"}} 0.000500\n"
+        )));
+        assert!(text.contains(&format!(
+            "freeride_held_seconds_total{{gpu=\"{g}\",reason=\"low_confidence\"}} 0.001500\n"
+        )));
+        // Not in a bubble is not held time; a GPU this node does not grant has no such samples.
+        assert!(!text.contains("not_in_bubble"));
+        assert_eq!(text.matches("freeride_granted_seconds_total{").count(), 1);
+        let v = to_json(0, 1, &[a], &[]);
+        assert_eq!(v["gpus"][0]["grants"]["granted_ns"], 500_000);
+        assert_eq!(
+            v["gpus"][0]["grants"]["held_ns"]["low_confidence"],
+            1_500_000
+        );
+    }
 }
