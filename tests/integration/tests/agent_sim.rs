@@ -263,20 +263,12 @@ fn zero_bubble_blocking() {
     ]);
 }
 
-/// GPipe with batched groups and 2 ms sends: a second bubble opens where a wait's bubble opened
-/// (the same op, the same part, no op issued between). Learnt at the same position, its length
-/// replaced the wait's, and the next wait was forecast from it: forecast recall 0.53 until
-/// 2026-12-07, 0.98-0.99 since (the second bubble is learnt apart, `REPEAT` in
-/// `agent/src/inference/pattern.rs`).
-/// A send/receive group with a send larger than NCCL's buffer has its data's movements placed as
-/// transfers of their own; its partners' begins no longer hold it as transferring until it ends
-/// (ZB-H1 with batched groups and 2 ms sends: the bubbles inside such groups, about half of the
-/// idle time, were never granted: 0.44-0.48 of the idle time granted before, 0.77-0.80 with it).
-#[test]
-fn a_large_send_in_a_group_holds_grants_only_while_its_data_moves() {
-    let r = sim(&[
+/// `schedule` over 2 stages and 8 micro-batches, batched send/receive groups, sends of 2 ms (20 MB,
+/// larger than NCCL's buffer), 4 iterations.
+fn two_stages_batched_with_2ms_sends(schedule: &str) -> [&str; 12] {
+    [
         "--schedule",
-        "zbh1",
+        schedule,
         "--stages",
         "2",
         "--microbatches",
@@ -287,7 +279,16 @@ fn a_large_send_in_a_group_holds_grants_only_while_its_data_moves() {
         "2",
         "--iterations",
         "4",
-    ]);
+    ]
+}
+
+/// A send/receive group with a send larger than NCCL's buffer has its data's movements placed as
+/// transfers of their own; its partners' begins no longer hold it as transferring until it ends
+/// (ZB-H1 with batched groups and 2 ms sends: the bubbles inside such groups, about half of the
+/// idle time, were never granted: 0.44-0.48 of the idle time granted before, 0.77-0.80 with it).
+#[test]
+fn a_large_send_in_a_group_holds_grants_only_while_its_data_moves() {
+    let r = sim(&two_stages_batched_with_2ms_sends("zbh1"));
     let g = &r["grants"];
     let granted = g["coverage"]["granted"].as_f64().unwrap();
     let over = g["over_busy_share"].as_f64().unwrap();
@@ -295,23 +296,14 @@ fn a_large_send_in_a_group_holds_grants_only_while_its_data_moves() {
     assert!(over <= 0.01, "grants over busy time {over}: {r}");
 }
 
+/// GPipe with batched groups and 2 ms sends: a second bubble opens where a wait's bubble opened
+/// (the same op, the same part, no op issued between). Learnt at the same position, its length
+/// replaced the wait's, and the next wait was forecast from it: forecast recall 0.53 until
+/// 2026-12-07, 0.98-0.99 since (the second bubble is learnt apart, `REPEAT` in
+/// `agent/src/inference/pattern.rs`).
 #[test]
 fn a_bubble_that_opens_again_where_one_ended_is_learnt_apart() {
-    let args = [
-        "--schedule",
-        "gpipe",
-        "--stages",
-        "2",
-        "--microbatches",
-        "8",
-        "--style",
-        "batched",
-        "--comm",
-        "2",
-        "--iterations",
-        "4",
-    ];
-    let r = sim(&args);
+    let r = sim(&two_stages_batched_with_2ms_sends("gpipe"));
     let inf = &r["inference"];
     for k in ["precision", "recall"] {
         let x = inf[k].as_f64().unwrap();
