@@ -16,22 +16,28 @@ const RETRY_NS: Ns = 1_000_000_000;
 /// How the agent waits before its next step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pause {
+    /// Records are waiting in a ring: no pause.
+    None,
     /// Sleep this long.
     Sleep(Ns),
     /// Sleep on the doorbell, at most this long.
     Doorbell(Ns),
 }
 
-/// What the next pause is: `watching` (any ring open), `bubble_open` (any GPU's), `all_ring`
-/// (every trainer's poller rings the doorbell), `bell` (the agent has one).
+/// What the next pause is: `backlog` (the last step left records in a ring), `watching` (any
+/// ring open), `bubble_open` (any GPU's), `all_ring` (every trainer's poller rings the doorbell),
+/// `bell` (the agent has one).
 pub fn pause_for(
+    backlog: bool,
     watching: bool,
     bubble_open: bool,
     all_ring: bool,
     bell: bool,
     poll_ns: Ns,
 ) -> Pause {
-    if !watching {
+    if backlog {
+        Pause::None
+    } else if !watching {
         Pause::Sleep(crate::node::IDLE_POLL_NS.max(poll_ns))
     } else if bubble_open || !all_ring || !bell {
         Pause::Sleep(poll_ns)
@@ -122,6 +128,7 @@ impl Bell {
     /// Waits as `p` says.
     pub fn pause(&self, p: Pause) {
         match (p, &self.door) {
+            (Pause::None, _) => {}
             (Pause::Doorbell(ns), Some(d)) => {
                 d.wait(self.seen, ns);
             }
@@ -140,22 +147,29 @@ mod tests {
     fn the_agent_sleeps_on_the_doorbell_only_between_bubbles_of_trainers_that_ring() {
         let poll = 50_000;
         assert_eq!(
-            pause_for(false, false, true, true, poll),
+            pause_for(false, false, false, true, true, poll),
             Pause::Sleep(crate::node::IDLE_POLL_NS)
         );
-        assert_eq!(pause_for(true, true, true, true, poll), Pause::Sleep(poll));
         assert_eq!(
-            pause_for(true, false, false, true, poll),
+            pause_for(false, true, true, true, true, poll),
             Pause::Sleep(poll)
         );
         assert_eq!(
-            pause_for(true, false, true, false, poll),
+            pause_for(false, true, false, false, true, poll),
             Pause::Sleep(poll)
         );
         assert_eq!(
-            pause_for(true, false, true, true, poll),
+            pause_for(false, true, false, true, false, poll),
+            Pause::Sleep(poll)
+        );
+        assert_eq!(
+            pause_for(false, true, false, true, true, poll),
             Pause::Doorbell(QUIET_WAIT_NS)
         );
+        // Records left in a ring: read on at once, whatever else holds.
+        for (w, o, a, b) in [(true, false, true, true), (true, true, false, false)] {
+            assert_eq!(pause_for(true, w, o, a, b, poll), Pause::None);
+        }
     }
 
     #[test]

@@ -266,6 +266,7 @@ impl Node {
     /// can open or need closing, and its end comes in a batch up to 50 ms later anyway.
     pub fn wait(&self, poll_ns: Ns) {
         self.bell.pause(pause_for(
+            self.collector.backlog(),
             self.collector.watching_any(),
             self.gpus.any_open() && !self.ends.lazy_now(),
             self.collector.trainers_ring_doorbell(),
