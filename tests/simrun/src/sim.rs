@@ -56,6 +56,8 @@ pub struct SimResult {
     pub agent_wall_ns: u64,
     /// How late GPU-side observations reached the agents (all nodes).
     pub report_lag: ReportLag,
+    /// The agents' steps: how many, and the longest.
+    pub agent_steps: StepTimes,
     /// Ops the agents matched across processes by their communicators (all nodes).
     pub matched: MatchStats,
     pub warnings: Vec<String>,
@@ -288,7 +290,34 @@ pub struct AgentRun {
     pub wall_ns: u64,
     /// How late GPU-side observations reached the agent.
     pub report_lag: ReportLag,
+    pub steps: StepTimes,
     pub matched: MatchStats,
+}
+
+/// An agent's steps (reading the rings, inferring, granting): how many, and the longest in wall
+/// time and in the agent thread's CPU time. A long step delays every record that arrives during
+/// it (a step that read a whole iteration's launches at once took 5-17 ms, docs/performance.md
+/// 2026-12-07 20:28); wall time well above CPU time is the agent thread waiting for a core.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepTimes {
+    pub steps: u64,
+    pub wall_max_ns: u64,
+    pub cpu_max_ns: u64,
+}
+
+impl StepTimes {
+    pub fn note(&mut self, wall_ns: u64, cpu_ns: u64) {
+        self.steps += 1;
+        self.wall_max_ns = self.wall_max_ns.max(wall_ns);
+        self.cpu_max_ns = self.cpu_max_ns.max(cpu_ns);
+    }
+
+    /// Another node's agent's steps.
+    pub fn merge(&mut self, o: &StepTimes) {
+        self.steps += o.steps;
+        self.wall_max_ns = self.wall_max_ns.max(o.wall_max_ns);
+        self.cpu_max_ns = self.cpu_max_ns.max(o.cpu_max_ns);
+    }
 }
 
 /// CPU time of the calling thread so far.
@@ -309,8 +338,14 @@ pub fn agent_loop(dir: &Path, stop: &AtomicBool, grants: Option<GrantPolicy>) ->
     let mut bubbles = vec![];
     let mut warnings = vec![];
     let (mut events, mut dropped) = (0u64, 0u64);
+    let mut steps = StepTimes::default();
     let mut tally = |node: &mut Node, bubbles: &mut Vec<BubbleRecord>| {
-        events += node.step(now_ns()) as u64;
+        let (t0, c0) = (now_ns(), thread_cpu_ns());
+        events += node.step(t0) as u64;
+        steps.note(
+            now_ns().saturating_sub(t0),
+            thread_cpu_ns().saturating_sub(c0),
+        );
         bubbles.extend(node.take_closed());
         warnings.extend(node.take_warnings());
         for p in node.processes() {
@@ -331,6 +366,7 @@ pub fn agent_loop(dir: &Path, stop: &AtomicBool, grants: Option<GrantPolicy>) ->
         cpu_ns: thread_cpu_ns().saturating_sub(cpu0),
         wall_ns: now_ns().saturating_sub(wall0),
         report_lag: node.report_lag().clone(),
+        steps,
         matched: node.match_stats(),
     }
 }
@@ -425,6 +461,7 @@ pub fn run(
         agent_cpu_ns: run.cpu_ns,
         agent_wall_ns: run.wall_ns,
         report_lag: run.report_lag,
+        agent_steps: run.steps,
         matched: run.matched,
         warnings: run.warnings,
         nodes: topo.nodes,
@@ -636,5 +673,29 @@ pub fn harvest(r: &SimResult) -> Harvest {
                 }
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StepTimes;
+
+    #[test]
+    fn steps_count_and_keep_the_longest_of_every_node() {
+        let mut a = StepTimes::default();
+        a.note(300, 200);
+        a.note(5_000, 900);
+        a.note(100, 100);
+        let mut b = StepTimes::default();
+        b.note(2_000, 1_500);
+        a.merge(&b);
+        assert_eq!(
+            a,
+            StepTimes {
+                steps: 4,
+                wall_max_ns: 5_000,
+                cpu_max_ns: 1_500
+            }
+        );
     }
 }

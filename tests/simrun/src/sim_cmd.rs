@@ -191,6 +191,11 @@ pub fn main(a: SimArgs) -> i32 {
                 "p90": res.report_lag.quantile_us(0.9),
                 "p99": res.report_lag.quantile_us(0.99),
             },
+            // The agents' steps, and the longest in wall and in CPU time: a record that arrives
+            // during a step waits for its end.
+            "steps": res.agent_steps.steps,
+            "step_ms_max": r(res.agent_steps.wall_max_ns as f64 / 1e6, 2),
+            "step_cpu_ms_max": r(res.agent_steps.cpu_max_ns as f64 / 1e6, 2),
             // Ops matched across processes by their communicators' identities, and keys all of
             // whose parties began on the node (their transfers' starts known exactly).
             "matched": {"ops": res.matched.keyed_ops, "completed": res.matched.completed_keys},

@@ -277,6 +277,7 @@ mod tests {
             agent_cpu_ns: 0,
             agent_wall_ns: 0,
             report_lag: Default::default(),
+            agent_steps: Default::default(),
             matched: Default::default(),
             warnings: vec![],
             sidetask_pids: vec![99],

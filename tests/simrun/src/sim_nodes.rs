@@ -80,6 +80,7 @@ impl Agents {
             cpu_ns: 0,
             wall_ns: 0,
             report_lag: ReportLag::default(),
+            steps: Default::default(),
             matched: Default::default(),
         };
         let mut panicked = false;
@@ -96,6 +97,7 @@ impl Agents {
                     all.cpu_ns += r.cpu_ns;
                     all.wall_ns = all.wall_ns.max(r.wall_ns);
                     all.report_lag.merge(&r.report_lag);
+                    all.steps.merge(&r.steps);
                     all.matched.add(r.matched);
                 }
                 Err(_) => panicked = true,
