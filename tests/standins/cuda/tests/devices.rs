@@ -10,16 +10,9 @@ use std::process::Command;
 
 // ---------------------------------------------------------------- child scenarios
 
-#[test]
-fn child() {
-    let Ok(s) = std::env::var("SIMTEST_SCENARIO") else {
-        return;
-    };
-    match s.as_str() {
-        "not_init" => scenario_not_init(),
-        "visible" => scenario_visible(),
-        other => panic!("unknown scenario {other}"),
-    }
+child_scenarios! {
+    "not_init" => scenario_not_init,
+    "visible" => scenario_visible,
 }
 
 /// Prints what the process sees under its CUDA_VISIBLE_DEVICES (one JSON line), after running a

@@ -9,15 +9,8 @@ use std::ffi::c_void;
 
 // ---------------------------------------------------------------- child scenarios
 
-#[test]
-fn child() {
-    let Ok(s) = std::env::var("SIMTEST_SCENARIO") else {
-        return;
-    };
-    match s.as_str() {
-        "all_apis" => scenario_all_apis(),
-        other => panic!("unknown scenario {other}"),
-    }
+child_scenarios! {
+    "all_apis" => scenario_all_apis,
 }
 
 unsafe extern "C" fn comm_run(ctx: *mut c_void, k: *mut simgpu::abi::CommKernel) {

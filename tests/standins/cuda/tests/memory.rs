@@ -16,17 +16,10 @@ macro_rules! rc {
 
 // ---------------------------------------------------------------- child scenarios
 
-#[test]
-fn child() {
-    let Ok(s) = std::env::var("SIMTEST_SCENARIO") else {
-        return;
-    };
-    match s.as_str() {
-        "memory" => scenario_memory(),
-        "mem_hold" => scenario_mem_hold(),
-        "memory_paths" => scenario_memory_paths(),
-        other => panic!("unknown scenario {other}"),
-    }
+child_scenarios! {
+    "memory" => scenario_memory,
+    "mem_hold" => scenario_mem_hold,
+    "memory_paths" => scenario_memory_paths,
 }
 
 fn scenario_memory() {

@@ -12,20 +12,13 @@ use std::time::Duration;
 
 // ---------------------------------------------------------------- child scenarios
 
-#[test]
-fn child() {
-    let Ok(s) = std::env::var("SIMTEST_SCENARIO") else {
-        return;
-    };
-    match s.as_str() {
-        "two_streams" => scenario_two_streams(),
-        "mem_hold" => scenario_mem_hold(),
-        "kernel" => scenario_kernel(),
-        "burst" => scenario_burst(),
-        "lone" => scenario_lone(),
-        "held_off" => scenario_held_off(),
-        other => panic!("unknown scenario {other}"),
-    }
+child_scenarios! {
+    "two_streams" => scenario_two_streams,
+    "mem_hold" => scenario_mem_hold,
+    "kernel" => scenario_kernel,
+    "burst" => scenario_burst,
+    "lone" => scenario_lone,
+    "held_off" => scenario_held_off,
 }
 
 /// Many short compute kernels over two streams, with comm kernels in between (for two processes

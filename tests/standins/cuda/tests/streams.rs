@@ -8,20 +8,13 @@ use std::time::Duration;
 
 // ---------------------------------------------------------------- child scenarios
 
-#[test]
-fn child() {
-    let Ok(s) = std::env::var("SIMTEST_SCENARIO") else {
-        return;
-    };
-    match s.as_str() {
-        "ordering" => scenario_ordering(),
-        "cross_wait" => scenario_cross_wait(),
-        "late_wake" => scenario_late_wake(),
-        "hop" => scenario_hop(),
-        "queue_depth" => scenario_queue_depth(),
-        "host_func" => scenario_host_func(),
-        other => panic!("unknown scenario {other}"),
-    }
+child_scenarios! {
+    "ordering" => scenario_ordering,
+    "cross_wait" => scenario_cross_wait,
+    "late_wake" => scenario_late_wake,
+    "hop" => scenario_hop,
+    "queue_depth" => scenario_queue_depth,
+    "host_func" => scenario_host_func,
 }
 
 fn scenario_ordering() {

@@ -65,6 +65,23 @@ impl Cu {
     }
 }
 
+/// The test each file's child processes run (`SIMTEST_SCENARIO` names the scenario; without it
+/// the test does nothing): `child_scenarios! { "name" => scenario_fn, ... }`.
+macro_rules! child_scenarios {
+    ($($name:literal => $f:ident),* $(,)?) => {
+        #[test]
+        fn child() {
+            let Ok(s) = std::env::var("SIMTEST_SCENARIO") else {
+                return;
+            };
+            match s.as_str() {
+                $($name => $f(),)*
+                other => panic!("unknown scenario {other}"),
+            }
+        }
+    };
+}
+
 /// Typed driver function through cuGetProcAddress_v2 (CUDA 13.0).
 macro_rules! f {
     ($cu:expr, $name:literal, fn($($a:ty),*)) => {{
