@@ -6,6 +6,7 @@ use super::obs::{GpuId, Ns, Obs};
 use super::partners::{Partners, Taught};
 use super::peers::Matcher;
 use super::timeline::Timeline;
+use std::cell::OnceCell;
 use std::collections::{BTreeMap, HashMap};
 
 /// Added to a transfer bound learnt from other processes' ops: the begin it is measured from can be
@@ -33,6 +34,11 @@ pub struct Gpus {
     matcher: Matcher,
     partners: Partners,
     anchors: Anchors,
+    /// Every GPU's trainers' open bubbles ([`Gpus::open_on`]), computed at most once between
+    /// two changes: they are a function of the timelines, partners and anchors alone, and the
+    /// agent asks for them at every step (every 50 µs while a bubble is open) though most steps
+    /// read no record. Emptied by every `&mut self` method that changes state.
+    opens: OnceCell<Vec<(GpuId, Vec<Option<OpenBubble>>)>>,
 }
 
 impl Gpus {
@@ -42,6 +48,7 @@ impl Gpus {
 
     /// Routes one observation of process `pid` (on `gpu`, when its record names one).
     pub fn observe(&mut self, pid: u32, gpu: Option<GpuId>, obs: Obs, now: Ns) {
+        self.opens.take();
         let owner = |f: &dyn Fn(&Timeline) -> bool, tl: &BTreeMap<(u32, GpuId), Tl>| {
             tl.range((pid, GpuId(0))..=(pid, GpuId(u32::MAX)))
                 .find(|(_, t)| f(&t.timeline))
@@ -168,6 +175,7 @@ impl Gpus {
 
     /// Keeps the timelines of the processes `live` says are still there.
     pub fn retain(&mut self, live: impl Fn(u32) -> bool) {
+        self.opens.take();
         self.timelines.retain(|k, _| live(k.0));
         self.last_gpu.retain(|p, _| live(*p));
         self.partners.retain(&live);
@@ -176,10 +184,7 @@ impl Gpus {
 
     /// Every GPU with a trainer timeline, in order.
     pub fn gpus(&self) -> Vec<GpuId> {
-        let mut v: Vec<GpuId> = self.timelines.keys().map(|k| k.1).collect();
-        v.sort();
-        v.dedup();
-        v
+        self.opens().iter().map(|(g, _)| *g).collect()
     }
 
     /// The timelines on `gpu`: (process, timeline, first seen).
@@ -190,20 +195,35 @@ impl Gpus {
             .map(|(k, t)| (k.0, &t.timeline, t.since))
     }
 
-    /// Each trainer's open bubble on `gpu` (`None` for a trainer that is busy).
+    /// Each trainer's open bubble on `gpu` (`None` for a trainer that is busy), in process order.
     pub fn open_on(&self, gpu: GpuId) -> Vec<Option<OpenBubble>> {
-        self.timelines
+        self.opens()
             .iter()
-            .filter(|(k, _)| k.1 == gpu)
-            .map(|(&k, t)| {
-                let mut b = t.timeline.open_now()?;
-                self.anchor(k, &t.timeline, &mut b);
-                if let Some(x) = self.parties_may_begin(k, &t.timeline) {
-                    b.busy_from = Some(b.busy_from.map_or(x, |y| y.min(x)));
-                }
-                Some(b)
-            })
-            .collect()
+            .find(|(g, _)| *g == gpu)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    }
+
+    /// Every GPU's trainers' open bubbles, by GPU: from the cache, computed if it was emptied.
+    fn opens(&self) -> &[(GpuId, Vec<Option<OpenBubble>>)] {
+        self.opens.get_or_init(|| {
+            let mut by_gpu: BTreeMap<GpuId, Vec<Option<OpenBubble>>> = BTreeMap::new();
+            for (&k, t) in &self.timelines {
+                by_gpu.entry(k.1).or_default().push(self.open_of_timeline(k, &t.timeline));
+            }
+            by_gpu.into_iter().collect()
+        })
+    }
+
+    /// The open bubble of one trainer's timeline, its end anchored on other stages and its
+    /// transfers bounded by its parties where they can (see [`Gpus::anchor`]).
+    fn open_of_timeline(&self, k: (u32, GpuId), tl: &Timeline) -> Option<OpenBubble> {
+        let mut b = tl.open_now()?;
+        self.anchor(k, tl, &mut b);
+        if let Some(x) = self.parties_may_begin(k, tl) {
+            b.busy_from = Some(b.busy_from.map_or(x, |y| y.min(x)));
+        }
+        Some(b)
     }
 
     /// Where a close of another timeline predicts the end of `who`'s open bubble `b` (a position
@@ -281,9 +301,7 @@ impl Gpus {
 
     /// Whether any timeline has a bubble open.
     pub fn any_open(&self) -> bool {
-        self.timelines
-            .values()
-            .any(|t| t.timeline.open_now().is_some())
+        self.opens().iter().any(|(_, v)| v.iter().any(Option::is_some))
     }
 }
 
@@ -372,6 +390,38 @@ mod tests {
         g.observe(7, None, Obs::Exit { t: 200 }, 200);
         assert!(!g.any_open());
         assert_eq!(g.take_closed().len(), 2);
+    }
+
+    #[test]
+    fn open_bubbles_are_recomputed_after_every_change() {
+        let mut g = Gpus::new();
+        let (a, b) = (GpuId(0x3b00), GpuId(0x5e00));
+        let sync = |t0, t1| Obs::Sync {
+            t0,
+            t1,
+            on: SyncOn::Device,
+        };
+        g.observe(7, Some(a), Obs::Launch { t: 1, stream: 1 }, 1);
+        g.observe(8, Some(b), Obs::Launch { t: 1, stream: 1 }, 1);
+        assert_eq!(g.gpus(), vec![a, b]);
+        assert!(!g.any_open());
+        // Asked again and again between records: the same answer (from the cache).
+        g.observe(7, Some(a), sync(5, 50), 50);
+        for _ in 0..3 {
+            assert_eq!(g.open_of(a).map(|x| x.start), Some(50));
+            assert!(g.any_open());
+        }
+        // The next record closes it.
+        g.observe(7, Some(a), Obs::Launch { t: 60, stream: 1 }, 60);
+        assert!(g.open_of(a).is_none());
+        assert!(!g.any_open());
+        // A process gone: its GPU is no longer listed.
+        g.observe(8, Some(b), sync(5, 70), 70);
+        assert_eq!(g.open_on(b).len(), 1);
+        g.retain(|pid| pid == 7);
+        assert_eq!(g.gpus(), vec![a]);
+        assert!(g.open_on(b).is_empty());
+        assert!(!g.any_open());
     }
 
     #[test]

@@ -297,19 +297,33 @@ pub struct AgentRun {
 /// An agent's steps (reading the rings, inferring, granting): how many, and the longest in wall
 /// time and in the agent thread's CPU time. A long step delays every record that arrives during
 /// it (a step that read a whole iteration's launches at once took 5-17 ms, docs/performance.md
-/// 2026-12-07 20:28); wall time well above CPU time is the agent thread waiting for a core.
+/// 2026-12-07 20:28); wall time well above CPU time is the agent thread waiting for a core. Steps
+/// that read no record are counted apart, with their CPU time: they are what the agent costs
+/// between records (most steps while a bubble is open).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StepTimes {
     pub steps: u64,
     pub wall_max_ns: u64,
     pub cpu_max_ns: u64,
+    /// Steps that read no record, and their CPU time in all.
+    pub empty: u64,
+    pub empty_cpu_ns: u64,
+    /// The CPU time of the steps that read records, in all.
+    pub busy_cpu_ns: u64,
 }
 
 impl StepTimes {
-    pub fn note(&mut self, wall_ns: u64, cpu_ns: u64) {
+    /// One step that read `records`.
+    pub fn note(&mut self, wall_ns: u64, cpu_ns: u64, records: usize) {
         self.steps += 1;
         self.wall_max_ns = self.wall_max_ns.max(wall_ns);
         self.cpu_max_ns = self.cpu_max_ns.max(cpu_ns);
+        if records == 0 {
+            self.empty += 1;
+            self.empty_cpu_ns += cpu_ns;
+        } else {
+            self.busy_cpu_ns += cpu_ns;
+        }
     }
 
     /// Another node's agent's steps.
@@ -317,6 +331,18 @@ impl StepTimes {
         self.steps += o.steps;
         self.wall_max_ns = self.wall_max_ns.max(o.wall_max_ns);
         self.cpu_max_ns = self.cpu_max_ns.max(o.cpu_max_ns);
+        self.empty += o.empty;
+        self.empty_cpu_ns += o.empty_cpu_ns;
+        self.busy_cpu_ns += o.busy_cpu_ns;
+    }
+
+    /// The mean CPU time of a step that read no record, and of one that read some (µs).
+    pub fn cpu_us_means(&self) -> (f64, f64) {
+        let mean = |ns: u64, n: u64| ns as f64 / 1e3 / n.max(1) as f64;
+        (
+            mean(self.empty_cpu_ns, self.empty),
+            mean(self.busy_cpu_ns, self.steps - self.empty),
+        )
     }
 }
 
@@ -341,10 +367,12 @@ pub fn agent_loop(dir: &Path, stop: &AtomicBool, grants: Option<GrantPolicy>) ->
     let mut steps = StepTimes::default();
     let mut tally = |node: &mut Node, bubbles: &mut Vec<BubbleRecord>| {
         let (t0, c0) = (now_ns(), thread_cpu_ns());
-        events += node.step(t0) as u64;
+        let records = node.step(t0);
+        events += records as u64;
         steps.note(
             now_ns().saturating_sub(t0),
             thread_cpu_ns().saturating_sub(c0),
+            records,
         );
         bubbles.extend(node.take_closed());
         warnings.extend(node.take_warnings());
@@ -683,19 +711,25 @@ mod tests {
     #[test]
     fn steps_count_and_keep_the_longest_of_every_node() {
         let mut a = StepTimes::default();
-        a.note(300, 200);
-        a.note(5_000, 900);
-        a.note(100, 100);
+        a.note(300, 200, 0);
+        a.note(5_000, 900, 40);
+        a.note(100, 100, 0);
         let mut b = StepTimes::default();
-        b.note(2_000, 1_500);
+        b.note(2_000, 1_500, 3);
+        b.note(50, 30, 0);
         a.merge(&b);
         assert_eq!(
             a,
             StepTimes {
-                steps: 4,
+                steps: 5,
                 wall_max_ns: 5_000,
-                cpu_max_ns: 1_500
+                cpu_max_ns: 1_500,
+                empty: 3,
+                empty_cpu_ns: 330,
+                busy_cpu_ns: 2_400,
             }
         );
+        assert_eq!(a.cpu_us_means(), (0.11, 1.2));
+        assert_eq!(StepTimes::default().cpu_us_means(), (0.0, 0.0));
     }
 }

@@ -196,6 +196,12 @@ pub fn main(a: SimArgs) -> i32 {
             "steps": res.agent_steps.steps,
             "step_ms_max": r(res.agent_steps.wall_max_ns as f64 / 1e6, 2),
             "step_cpu_ms_max": r(res.agent_steps.cpu_max_ns as f64 / 1e6, 2),
+            // Steps that read no record, and the mean CPU time of those and of the others.
+            "steps_empty": res.agent_steps.empty,
+            "step_cpu_us_mean": {
+                "empty": r(res.agent_steps.cpu_us_means().0, 1),
+                "with_records": r(res.agent_steps.cpu_us_means().1, 1),
+            },
             // Ops matched across processes by their communicators' identities, and keys all of
             // whose parties began on the node (their transfers' starts known exactly).
             "matched": {"ops": res.matched.keyed_ops, "completed": res.matched.completed_keys},
