@@ -209,7 +209,10 @@ impl Gpus {
         self.opens.get_or_init(|| {
             let mut by_gpu: BTreeMap<GpuId, Vec<Option<OpenBubble>>> = BTreeMap::new();
             for (&k, t) in &self.timelines {
-                by_gpu.entry(k.1).or_default().push(self.open_of_timeline(k, &t.timeline));
+                by_gpu
+                    .entry(k.1)
+                    .or_default()
+                    .push(self.open_of_timeline(k, &t.timeline));
             }
             by_gpu.into_iter().collect()
         })
@@ -301,7 +304,9 @@ impl Gpus {
 
     /// Whether any timeline has a bubble open.
     pub fn any_open(&self) -> bool {
-        self.opens().iter().any(|(_, v)| v.iter().any(Option::is_some))
+        self.opens()
+            .iter()
+            .any(|(_, v)| v.iter().any(Option::is_some))
     }
 }
 
