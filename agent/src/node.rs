@@ -268,7 +268,7 @@ impl Node {
         self.bell.pause(pause_for(
             self.collector.backlog(),
             self.collector.watching_any(),
-            self.gpus.any_open() && !self.ends.lazy_now(),
+            !self.ends.lazy_now() && self.gpus.any_open(),
             self.collector.trainers_ring_doorbell(),
             self.bell.ready(),
             poll_ns,
