@@ -39,6 +39,12 @@ const MAX_EVENTS: usize = 32;
 const SPREAD_FLOOR_NS: Ns = 50_000;
 /// Predecessors walked past positions that learnt nothing.
 const WALK: usize = 4;
+/// Offsets scaled by the bytes their parts waited for are predicted from where their spread is at
+/// most this share of the plain offsets' ([`Offsets::stats`]).
+const SCALED_SPREAD: f64 = 0.75;
+/// The bound of [`Offsets::scaled_score`]: a job whose sizes stop saying anything is followed
+/// within this many bubbles.
+const SCORE_BOUND: i8 = 3;
 
 /// A close of another timeline: which, and how many of its closes came before it in the bubble.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -47,73 +53,141 @@ struct Source {
     nth: u32,
 }
 
-/// The newest offsets learnt for one source at one position.
+/// The newest offsets learnt for one source at one position, with the bytes each bubble part
+/// waited for (0: not known).
 #[derive(Clone, Copy, Debug, Default)]
 struct Offsets {
     v: [Ns; VALUES],
+    bytes: [u64; VALUES],
     n: usize,
+    /// How the offsets scaled by bytes fared against the plain ones along the chain: +1 each
+    /// time they predicted the next offset closer, -1 each time further ([`Offsets::scored`]),
+    /// within [`SCORE_BOUND`].
+    scaled_score: i8,
 }
 
+/// (median, shortest of the newest few, mean deviation from the median, how many): what an
+/// anchor predicts from ([`Offsets::stats`]).
+type Stats = (Ns, Ns, Ns, usize);
+
 impl Offsets {
-    fn with(x: Ns, older: Option<&Offsets>) -> Offsets {
+    fn with(x: Ns, bytes: u64, older: Option<&Offsets>) -> Offsets {
         let (v, n) = newest_first(x, older.map_or(&[], |o| &o.v[..o.n]));
-        Offsets { v, n }
+        let (b, _) = newest_first(bytes, older.map_or(&[], |o| &o.bytes[..o.n]));
+        Offsets {
+            v,
+            bytes: b,
+            n,
+            scaled_score: older.map_or(0, |o| o.scored(x, bytes)),
+        }
     }
 
-    /// The values to predict from: the largest group of values near one another (on a tie, the
-    /// newest's), with every value shorter than the group; longer ones are set aside. A job's
-    /// warm-up iteration (its kernels slower) or an upstream stall lengthens one offset, and a
-    /// longer offset says nothing of how early the next end may come; a shorter one does, and
-    /// stays. On torchtitan's ZBV job the iteration-start bubbles of the later stages end 10.50 ms
-    /// after the stage before them resumed, and 19.5 ms after it in the warm-up iteration: with
-    /// that value in their spread (2.3-3.0 ms) the anchor lost to the bubble's length from its
-    /// start, and the grants ended 6 ms before the bubbles did.
-    fn kept(&self) -> ([Ns; VALUES], usize) {
-        let all = &self.v[..self.n];
-        let c = largest_group_centre(all);
-        let low = all
-            .iter()
-            .filter(|&&x| near(x, c))
-            .min()
-            .copied()
-            .unwrap_or(c);
-        let mut out = [0; VALUES];
-        let mut n = 0;
-        for &x in all.iter().filter(|&&x| near(x, c) || x < low) {
-            out[n] = x;
-            n += 1;
-        }
-        (out, n)
+    /// The score ([`Offsets::scaled_score`]) once offset `x` of a part that waited for `bytes`
+    /// is known: whether the plain or the scaled offsets' median was nearer it.
+    fn scored(&self, x: Ns, bytes: u64) -> i8 {
+        let plain = stats_of(&self.v[..self.n]);
+        let scaled = self.scaled_to(bytes).and_then(|v| stats_of(&v[..self.n]));
+        let delta = match (plain, scaled) {
+            (Some(p), Some(s)) => match s.0.abs_diff(x).cmp(&p.0.abs_diff(x)) {
+                std::cmp::Ordering::Less => 1,
+                std::cmp::Ordering::Greater => -1,
+                std::cmp::Ordering::Equal => 0,
+            },
+            _ => 0,
+        };
+        (self.scaled_score + delta).clamp(-SCORE_BOUND, SCORE_BOUND)
     }
 
-    /// (median, shortest of the newest few, mean deviation from the median, how many) of the
-    /// values kept ([`Offsets::kept`]; the shortest is of all the newest, kept or not), `None`
-    /// while fewer than [`MIN_VALUES`] are kept, but for a position's second value that is
-    /// shorter than its first, which was set aside: a job's first iteration is slower than the
-    /// rest (kernels compiled, tuned, memory allocated), and until a third iteration the second
-    /// value was all there was to predict from, so the iteration after it granted nothing of its
-    /// later stages' first bubbles (torchtitan's ZBV job: about 100 ms of the 275 ms of idle
-    /// time of its first scored iteration, which harvested 0.34-0.46; 0.44-0.53 since). It
-    /// predicts as two agreeing values would, with a spread of [`LONE_SPREAD_SHARE`] of it (the
-    /// grant closes twice that before the end it predicts).
-    fn stats(&self) -> Option<(Ns, Ns, Ns, usize)> {
-        let (s, n) = self.kept();
-        if n == 1 && self.n == 2 {
-            let v = s[0];
-            return Some((v, v, v / LONE_SPREAD_SHARE, MIN_VALUES));
-        }
-        if n < MIN_VALUES {
+    /// The offsets as they would be for a part that waits for `bytes`: each scaled by `bytes`
+    /// over what its own part waited for. `None` where a size is not known, or none differs.
+    fn scaled_to(&self, bytes: u64) -> Option<[Ns; VALUES]> {
+        let b = &self.bytes[..self.n];
+        if bytes == 0 || b.contains(&0) || b.iter().all(|&x| x == bytes) {
             return None;
         }
-        let s = &s[..n];
-        let median = median(s);
-        let shortest = *self.v[..self.n.min(RECENT_SHORT)]
-            .iter()
-            .min()
-            .expect("never empty");
-        let spread = s.iter().map(|&x| x.abs_diff(median)).sum::<Ns>() / n as Ns;
-        Some((median, shortest, spread, n))
+        let mut out = [0; VALUES];
+        for (o, (&v, &x)) in out.iter_mut().zip(self.v.iter().zip(b)) {
+            *o = (v as u128 * bytes as u128 / x as u128).min(Ns::MAX as u128) as Ns;
+        }
+        Some(out)
     }
+
+    /// [`stats_of`] the offsets, or of the offsets scaled to a part that waits for `bytes`
+    /// ([`Offsets::scaled_to`]) where those predicted the offsets along the chain better
+    /// ([`Offsets::scaled_score`]) or, with no such record, are clearly steadier
+    /// ([`SCALED_SPREAD`] of the spread or less, each against its median). Where micro-batches' sequence lengths vary, an
+    /// upstream stage's compute and the message it then sends vary together, so the end of a
+    /// bubble that waits for that message comes after the upstream stage resumed by a time about
+    /// proportional to the message's size; where they do not vary, the two are the same.
+    fn stats(&self, bytes: u64) -> Option<Stats> {
+        let plain = stats_of(&self.v[..self.n]);
+        let scaled = self.scaled_to(bytes).and_then(|v| stats_of(&v[..self.n]));
+        match (plain, scaled) {
+            (Some(p), Some(s)) => {
+                // Against their medians: scaled offsets are shorter or longer as a whole.
+                let relative = |x: Stats| x.2 as f64 / x.0.max(1) as f64;
+                let steadier = relative(s) <= SCALED_SPREAD * relative(p);
+                let better = self.scaled_score > 0 || (self.scaled_score == 0 && steadier);
+                Some(if better { s } else { p })
+            }
+            (None, Some(s)) if self.scaled_score >= 0 => Some(s),
+            (p, _) => p,
+        }
+    }
+}
+
+/// The values of `all` (newest first) to predict from: the largest group of values near one
+/// another (on a tie, the newest's), with every value shorter than the group; longer ones are
+/// set aside. A job's warm-up iteration (its kernels slower) or an upstream stall lengthens one
+/// offset, and a longer offset says nothing of how early the next end may come; a shorter one
+/// does, and stays. On torchtitan's ZBV job the iteration-start bubbles of the later stages end
+/// 10.50 ms after the stage before them resumed, and 19.5 ms after it in the warm-up iteration:
+/// with that value in their spread (2.3-3.0 ms) the anchor lost to the bubble's length from its
+/// start, and the grants ended 6 ms before the bubbles did.
+fn kept(all: &[Ns]) -> ([Ns; VALUES], usize) {
+    let c = largest_group_centre(all);
+    let low = all
+        .iter()
+        .filter(|&&x| near(x, c))
+        .min()
+        .copied()
+        .unwrap_or(c);
+    let mut out = [0; VALUES];
+    let mut n = 0;
+    for &x in all.iter().filter(|&&x| near(x, c) || x < low) {
+        out[n] = x;
+        n += 1;
+    }
+    (out, n)
+}
+
+/// (median, shortest of the newest few, mean deviation from the median, how many) of the values
+/// of `all` (newest first) kept ([`kept`]; the shortest is of all the newest, kept or not),
+/// `None` while fewer than [`MIN_VALUES`] are kept, but for a position's second value that is
+/// shorter than its first, which was set aside: a job's first iteration is slower than the rest
+/// (kernels compiled, tuned, memory allocated), and until a third iteration the second value was
+/// all there was to predict from, so the iteration after it granted nothing of its later stages'
+/// first bubbles (torchtitan's ZBV job: about 100 ms of the 275 ms of idle time of its first
+/// scored iteration, which harvested 0.34-0.46; 0.44-0.53 since). It predicts as two agreeing
+/// values would, with a spread of [`LONE_SPREAD_SHARE`] of it (the grant closes twice that
+/// before the end it predicts).
+fn stats_of(all: &[Ns]) -> Option<Stats> {
+    let (s, n) = kept(all);
+    if n == 1 && all.len() == 2 {
+        let v = s[0];
+        return Some((v, v, v / LONE_SPREAD_SHARE, MIN_VALUES));
+    }
+    if n < MIN_VALUES {
+        return None;
+    }
+    let s = &s[..n];
+    let median = median(s);
+    let shortest = *all[..all.len().min(RECENT_SHORT)]
+        .iter()
+        .min()
+        .expect("never empty");
+    let spread = s.iter().map(|&x| x.abs_diff(median)).sum::<Ns>() / n as Ns;
+    Some((median, shortest, spread, n))
 }
 
 /// The open bubble part of one timeline, and the closes elsewhere since it began.
@@ -122,6 +196,8 @@ struct Track {
     start: Ns,
     at: (OpIndex, Part),
     from: Ns,
+    /// What the part waits for ([`Timeline::open_part_bytes`]; 0: not known).
+    bytes: u64,
     events: Vec<(Source, Ns)>,
 }
 
@@ -163,8 +239,9 @@ impl Anchors {
                 self.tracks.remove(&who);
             }
             Some((start, at, from)) => {
+                let bytes = tl.open_part_bytes();
                 let old = self.tracks.remove(&who);
-                let track = match old {
+                let mut track = match old {
                     Some(t) if t.start == start && t.at == at && t.from == from => t,
                     Some(t) => {
                         // The same bubble went on past an op that moved nothing: its earlier part
@@ -177,6 +254,7 @@ impl Anchors {
                             start,
                             at,
                             from,
+                            bytes,
                             events,
                         }
                     }
@@ -184,9 +262,15 @@ impl Anchors {
                         start,
                         at,
                         from,
+                        bytes,
                         events: vec![],
                     },
                 };
+                // The op may have become known after the part opened; once it ended, what it
+                // moved is kept.
+                if track.bytes == 0 {
+                    track.bytes = bytes;
+                }
                 self.tracks.insert(who, track);
             }
         }
@@ -211,7 +295,7 @@ impl Anchors {
                 .as_ref()
                 .and_then(|v| v.iter().find(|x| x.0 == src))
                 .map(|x| &x.1);
-            here.push((src, Offsets::with(end - t, prev)));
+            here.push((src, Offsets::with(end - t, track.bytes, prev)));
         }
         let map = self.learnt.entry(who).or_default();
         if here.is_empty() {
@@ -252,7 +336,7 @@ impl Anchors {
             let Some((_, o)) = learnt.iter().find(|x| x.0 == src) else {
                 continue;
             };
-            let Some((median, shortest, spread, n)) = o.stats() else {
+            let Some((median, shortest, spread, n)) = o.stats(track.bytes) else {
                 continue;
             };
             let spread = spread.max(SPREAD_FLOOR_NS);
@@ -297,12 +381,12 @@ mod tests {
         g.observe(who.0, Some(who.1), obs, now);
     }
 
-    fn sig(kind: CommKind) -> CommSig {
+    fn sig(kind: CommKind, bytes: u64) -> CommSig {
         CommSig {
             comm: 9,
             kind,
             peer: 0,
-            bytes: 4,
+            bytes,
             largest_send: 0,
         }
     }
@@ -310,11 +394,16 @@ mod tests {
     /// Op `id` of `kind` on the downstream stage: issued at `t`, begun 50 µs later (seen 100 µs
     /// later), ended at `end` (seen 40 µs later) when given.
     fn op(g: &mut Gpus, id: u64, kind: CommKind, t: Ns, end: Option<Ns>) {
+        op_of(g, id, kind, 4, t, end)
+    }
+
+    /// [`op`], moving `bytes`.
+    fn op_of(g: &mut Gpus, id: u64, kind: CommKind, bytes: u64, t: Ns, end: Option<Ns>) {
         let issue = Obs::CommIssue {
             t,
             id,
             stream: P2P,
-            sig: sig(kind),
+            sig: sig(kind, bytes),
         };
         see(g, DOWN, issue, t);
         let begin = Obs::CommBegin {
@@ -342,6 +431,18 @@ mod tests {
     /// [`iteration`], with the downstream bubble as the node saw it once the upstream stage
     /// resumed.
     fn iteration_open(g: &mut Gpus, i: u64, t: Ns, wake: Ns, data: Ns) -> (Option<OpenBubble>, Ns) {
+        iteration_of(g, i, 4, t, wake, data)
+    }
+
+    /// [`iteration_open`], the downstream stage receiving `bytes`.
+    fn iteration_of(
+        g: &mut Gpus,
+        i: u64,
+        bytes: u64,
+        t: Ns,
+        wake: Ns,
+        data: Ns,
+    ) -> (Option<OpenBubble>, Ns) {
         for who in [UP, DOWN] {
             let launch = Obs::Launch {
                 t: t - 5 * MS,
@@ -355,7 +456,7 @@ mod tests {
             };
             see(g, who, sync, t);
         }
-        op(g, 100 + i, CommKind::Recv, t + 100_000, None);
+        op_of(g, 100 + i, CommKind::Recv, bytes, t + 100_000, None);
         let launch = Obs::Launch {
             t: t + wake,
             stream: C,
@@ -517,27 +618,79 @@ mod tests {
         );
     }
 
+    /// Ten iterations of the two-stage job, the upstream host waking 1 to 4 ms after each drain
+    /// and the downstream stage receiving `bytes[i]`, which come `data(wake, bytes)` after the
+    /// drain: the predicted and true ends of the downstream bubbles of the last three.
+    fn sized_job(bytes: [u64; 10], data: impl Fn(Ns, u64) -> Ns) -> Vec<(Option<Ns>, Ns)> {
+        let mut g = Gpus::new();
+        // As large as the largest message: its 50 µs bound their transfers.
+        op_of(&mut g, 1, CommKind::Send, 1_200_000, 10, Some(50_100));
+        let wakes = [1, 4, 2, 3, 1, 4, 2, 3, 1, 4].map(|x| x * MS);
+        let mut out = vec![];
+        for (i, (&wake, &b)) in wakes.iter().zip(&bytes).enumerate() {
+            let t = (i as Ns + 1) * 100 * MS;
+            let (open, end) = iteration_of(&mut g, i as u64, b, t, wake, data(wake, b));
+            out.push((open.and_then(|b| b.predicted_end), end));
+        }
+        out.split_off(7)
+    }
+
+    /// Message sizes of a job whose micro-batches' sequence lengths vary by up to 20 %.
+    const SIZES: [u64; 10] = [
+        1_000_000, 820_000, 1_180_000, 940_000, 1_100_000, 860_000, 1_200_000, 900_000, 1_150_000,
+        810_000,
+    ];
+
+    #[test]
+    fn an_offset_that_follows_the_awaited_message_size_is_scaled_by_it() {
+        // The upstream stage computes 20 ms per megabyte of the message it then sends, after its
+        // host woke: the offsets from its resumption vary by 16-24 ms, the end of each bubble is
+        // 20 ms per megabyte of what the downstream stage receives after it. Without scaling the
+        // median of the newest offsets predicted it up to 4 ms off.
+        let per_mb = |b: u64| b * 20 * MS / 1_000_000;
+        for (predicted, end) in sized_job(SIZES, |wake, b| wake + per_mb(b)) {
+            let predicted = predicted.expect("the position was learnt");
+            assert!(
+                predicted.abs_diff(end) <= 100_000,
+                "predicted {predicted}, ended {end}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_offset_that_does_not_follow_the_sizes_is_not_scaled() {
+        // The sizes vary as above, but the data comes 20 ms after the upstream stage resumed
+        // whatever its size: the plain offsets predict it, scaled ones would be up to 4 ms off.
+        for (predicted, end) in sized_job(SIZES, |wake, _| wake + 20 * MS) {
+            let predicted = predicted.expect("the position was learnt");
+            assert!(
+                predicted.abs_diff(end) <= 100_000,
+                "predicted {predicted}, ended {end}"
+            );
+        }
+    }
+
     #[test]
     fn a_shorter_offset_is_never_set_aside() {
         use super::Offsets;
         let mut o = Offsets::default();
         for x in [10 * MS, 10 * MS, 6 * MS, 10 * MS, 19 * MS] {
-            o = Offsets::with(x, Some(&o).filter(|o| o.n > 0));
+            o = Offsets::with(x, 0, Some(&o).filter(|o| o.n > 0));
         }
         // Newest first: 19, 10, 6, 10, 10. The 19 ms value is set aside, the 6 ms one kept.
-        let (median, shortest, spread, n) = o.stats().expect("four values kept");
+        let (median, shortest, spread, n) = o.stats(0).expect("four values kept");
         assert_eq!(n, 4);
         assert_eq!(median, 10 * MS);
         assert_eq!(shortest, 6 * MS);
         assert_eq!(spread, MS);
         // Two values unlike each other: the newer shorter, it alone, as two agreeing values with
         // a tenth of it for their spread; the newer longer, both kept.
-        let two = Offsets::with(10 * MS, Some(&Offsets::with(19 * MS, None)));
-        assert_eq!(two.stats(), Some((10 * MS, 10 * MS, MS, 2)));
+        let two = Offsets::with(10 * MS, 0, Some(&Offsets::with(19 * MS, 0, None)));
+        assert_eq!(two.stats(0), Some((10 * MS, 10 * MS, MS, 2)));
         // A third value unlike both: nothing.
-        let three = Offsets::with(4 * MS, Some(&two));
-        assert_eq!(three.stats(), None);
-        let two = Offsets::with(19 * MS, Some(&Offsets::with(10 * MS, None)));
-        assert_eq!(two.stats().map(|s| s.2), Some(4_500_000));
+        let three = Offsets::with(4 * MS, 0, Some(&two));
+        assert_eq!(three.stats(0), None);
+        let two = Offsets::with(19 * MS, 0, Some(&Offsets::with(10 * MS, 0, None)));
+        assert_eq!(two.stats(0).map(|s| s.2), Some(4_500_000));
     }
 }
