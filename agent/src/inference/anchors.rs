@@ -12,12 +12,15 @@
 //! ([`super::pattern`]) as its length is. While a bubble is open, a close of another timeline
 //! whose offset was learnt at least `MIN_VALUES` times (an offset longer than the rest set
 //! aside: `Offsets::kept`), steadier than the bubble's length or more confidently, predicts its
-//! end, with a confidence of its own ([`Anchors::predict`]).
+//! end, with a confidence of its own ([`Anchors::predict`]). Where micro-batches' sizes vary, a
+//! position's offsets are scaled by the bytes each bubble part followed, where that predicted them
+//! better ([`super::sizes`]).
 use super::obs::{GpuId, Ns};
 use super::pattern::{
     largest_group_centre, median, near, newest_first, OpIndex, Part, HISTORY, LONE_SPREAD_SHARE,
     VALUES,
 };
+use super::sizes;
 use super::timeline::Timeline;
 use super::Bubble;
 use std::collections::{BTreeMap, HashMap};
@@ -39,12 +42,6 @@ const MAX_EVENTS: usize = 32;
 const SPREAD_FLOOR_NS: Ns = 50_000;
 /// Predecessors walked past positions that learnt nothing.
 const WALK: usize = 4;
-/// Offsets scaled by the bytes their parts waited for are predicted from where their spread is at
-/// most this share of the plain offsets' ([`Offsets::stats`]).
-const SCALED_SPREAD: f64 = 0.75;
-/// The bound of [`Offsets::scaled_score`]: a job whose sizes stop saying anything is followed
-/// within this many bubbles.
-const SCORE_BOUND: i8 = 3;
 
 /// A close of another timeline: which, and how many of its closes came before it in the bubble.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -54,15 +51,14 @@ struct Source {
 }
 
 /// The newest offsets learnt for one source at one position, with the bytes each bubble part
-/// waited for (0: not known).
+/// followed (0: not known).
 #[derive(Clone, Copy, Debug, Default)]
 struct Offsets {
     v: [Ns; VALUES],
     bytes: [u64; VALUES],
     n: usize,
-    /// How the offsets scaled by bytes fared against the plain ones along the chain: +1 each
-    /// time they predicted the next offset closer, -1 each time further ([`Offsets::scored`]),
-    /// within [`SCORE_BOUND`].
+    /// Whether the offsets scaled by their bytes predicted the chain's offsets better
+    /// ([`sizes::rescored`]).
     scaled_score: i8,
 }
 
@@ -74,63 +70,37 @@ impl Offsets {
     fn with(x: Ns, bytes: u64, older: Option<&Offsets>) -> Offsets {
         let (v, n) = newest_first(x, older.map_or(&[], |o| &o.v[..o.n]));
         let (b, _) = newest_first(bytes, older.map_or(&[], |o| &o.bytes[..o.n]));
+        let scaled_score = older.map_or(0, |o| {
+            let plain = stats_of(&o.v[..o.n]).map(|s| s.0);
+            let scaled = o.scaled_stats(bytes).map(|s| s.0);
+            sizes::rescored(o.scaled_score, plain, scaled, x)
+        });
         Offsets {
             v,
             bytes: b,
             n,
-            scaled_score: older.map_or(0, |o| o.scored(x, bytes)),
+            scaled_score,
         }
     }
 
-    /// The score ([`Offsets::scaled_score`]) once offset `x` of a part that waited for `bytes`
-    /// is known: whether the plain or the scaled offsets' median was nearer it.
-    fn scored(&self, x: Ns, bytes: u64) -> i8 {
-        let plain = stats_of(&self.v[..self.n]);
-        let scaled = self.scaled_to(bytes).and_then(|v| stats_of(&v[..self.n]));
-        let delta = match (plain, scaled) {
-            (Some(p), Some(s)) => match s.0.abs_diff(x).cmp(&p.0.abs_diff(x)) {
-                std::cmp::Ordering::Less => 1,
-                std::cmp::Ordering::Greater => -1,
-                std::cmp::Ordering::Equal => 0,
-            },
-            _ => 0,
-        };
-        (self.scaled_score + delta).clamp(-SCORE_BOUND, SCORE_BOUND)
+    /// [`stats_of`] the offsets as they would be for a part that follows `bytes`
+    /// ([`sizes::scaled`]).
+    fn scaled_stats(&self, bytes: u64) -> Option<Stats> {
+        let v = sizes::scaled(&self.v[..self.n], &self.bytes[..self.n], bytes)?;
+        stats_of(&v[..self.n])
     }
 
-    /// The offsets as they would be for a part that waits for `bytes`: each scaled by `bytes`
-    /// over what its own part waited for. `None` where a size is not known, or none differs.
-    fn scaled_to(&self, bytes: u64) -> Option<[Ns; VALUES]> {
-        let b = &self.bytes[..self.n];
-        if bytes == 0 || b.contains(&0) || b.iter().all(|&x| x == bytes) {
-            return None;
-        }
-        let mut out = [0; VALUES];
-        for (o, (&v, &x)) in out.iter_mut().zip(self.v.iter().zip(b)) {
-            *o = (v as u128 * bytes as u128 / x as u128).min(Ns::MAX as u128) as Ns;
-        }
-        Some(out)
-    }
-
-    /// [`stats_of`] the offsets, or of the offsets scaled to a part that waits for `bytes`
-    /// ([`Offsets::scaled_to`]) where those predicted the offsets along the chain better
-    /// ([`Offsets::scaled_score`]) or, with no such record, are clearly steadier
-    /// ([`SCALED_SPREAD`] of the spread or less, each against its median). Where micro-batches' sequence lengths vary, an
-    /// upstream stage's compute and the message it then sends vary together, so the end of a
-    /// bubble that waits for that message comes after the upstream stage resumed by a time about
-    /// proportional to the message's size; where they do not vary, the two are the same.
+    /// [`stats_of`] the offsets, or of the offsets scaled to a part that follows `bytes` where
+    /// the chain's record or their steadiness says so ([`sizes::prefer_scaled`]).
     fn stats(&self, bytes: u64) -> Option<Stats> {
         let plain = stats_of(&self.v[..self.n]);
-        let scaled = self.scaled_to(bytes).and_then(|v| stats_of(&v[..self.n]));
+        let scaled = self.scaled_stats(bytes);
         match (plain, scaled) {
             (Some(p), Some(s)) => {
-                // Against their medians: scaled offsets are shorter or longer as a whole.
-                let relative = |x: Stats| x.2 as f64 / x.0.max(1) as f64;
-                let steadier = relative(s) <= SCALED_SPREAD * relative(p);
-                let better = self.scaled_score > 0 || (self.scaled_score == 0 && steadier);
-                Some(if better { s } else { p })
+                let prefer = sizes::prefer_scaled(self.scaled_score, (p.0, p.2), (s.0, s.2));
+                Some(if prefer { s } else { p })
             }
-            (None, Some(s)) if self.scaled_score >= 0 => Some(s),
+            (None, Some(s)) if self.scaled_score > 0 => Some(s),
             (p, _) => p,
         }
     }
@@ -196,7 +166,7 @@ struct Track {
     start: Ns,
     at: (OpIndex, Part),
     from: Ns,
-    /// What the part waits for ([`Timeline::open_part_bytes`]; 0: not known).
+    /// What the part follows ([`Timeline::open_part_bytes`]; 0: not known).
     bytes: u64,
     events: Vec<(Source, Ns)>,
 }
@@ -241,7 +211,7 @@ impl Anchors {
             Some((start, at, from)) => {
                 let bytes = tl.open_part_bytes();
                 let old = self.tracks.remove(&who);
-                let mut track = match old {
+                let track = match old {
                     Some(t) if t.start == start && t.at == at && t.from == from => t,
                     Some(t) => {
                         // The same bubble went on past an op that moved nothing: its earlier part
@@ -266,11 +236,6 @@ impl Anchors {
                         events: vec![],
                     },
                 };
-                // The op may have become known after the part opened; once it ended, what it
-                // moved is kept.
-                if track.bytes == 0 {
-                    track.bytes = bytes;
-                }
                 self.tracks.insert(who, track);
             }
         }

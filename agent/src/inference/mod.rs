@@ -9,6 +9,8 @@
 //!   ([`streams`], [`transfer`]);
 //! * [`pattern`] learns the recurring sequence of communication ops by aligning it with itself and,
 //!   for each position, how long the bubble that opens there lasts: the prediction a grant is sized by;
+//!   [`anchors`] predicts a bubble's end from another stage's resumption, and [`sizes`] scales
+//!   both by the bytes their bubbles followed where micro-batches' sizes vary;
 //! * [`gpus`] keeps the node's timelines and each GPU's state (several trainers on one GPU are idle
 //!   only when all are; [`peers`] bounds transfer times with the other processes' ops, and
 //!   [`partners`] says when an op's transfer began from its exact partners' begins; [`fabric`]
@@ -25,6 +27,7 @@ pub mod peers;
 #[cfg(test)]
 pub mod replay;
 pub mod score;
+pub mod sizes;
 pub mod streams;
 pub mod timeline;
 pub mod transfer;

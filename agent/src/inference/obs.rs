@@ -81,6 +81,15 @@ pub struct CommSig {
 }
 
 impl CommSig {
+    /// The bytes a bubble at this op follows ([`super::sizes`]): what it receives (a group's bytes
+    /// less its largest send, where it sends and receives) or moves (a send, a collective).
+    pub fn followed_bytes(&self) -> u64 {
+        match self.kind {
+            CommKind::SendRecv => self.bytes.saturating_sub(self.largest_send),
+            _ => self.bytes,
+        }
+    }
+
     pub fn has_send(&self) -> bool {
         self.kind.sends()
     }

@@ -226,6 +226,8 @@ struct Entry {
     /// When its transfer began and when it ended on the GPU (0: not yet seen).
     began: Ns,
     ended: Ns,
+    /// The bytes its bubbles follow ([`CommSig::followed_bytes`]).
+    bytes: u64,
     /// What this op's own bubbles lasted, once known, with the older values of their chains.
     values: [Option<Values>; PARTS],
 }
@@ -416,6 +418,7 @@ impl Pattern {
             pred,
             began: 0,
             ended: 0,
+            bytes: sig.followed_bytes(),
             values: [None; PARTS],
         });
         index
@@ -464,12 +467,13 @@ impl Pattern {
                 continue;
             }
             let own: [Option<Ns>; PARTS] = e.values.map(|v| v.map(|v| v.v[0]));
+            let bytes = e.bytes;
             let idx = (k - self.first) as usize;
             self.hist[idx].pred = Some(k - lag);
             for (part, v) in own.iter().enumerate() {
                 if let Some(v) = *v {
                     let older = self.chain_before(k, part);
-                    self.hist[idx].values[part] = Some(Values::with(v, older));
+                    self.hist[idx].values[part] = Some(Values::with(v, bytes, older));
                 }
             }
         }
@@ -485,8 +489,9 @@ impl Pattern {
         };
         if e.pred.is_some_and(|p| 2 * (k - p) < lag) {
             e.pred = None;
+            let bytes = e.bytes;
             for v in e.values.iter_mut().flatten() {
-                *v = Values::with(v.v[0], None);
+                *v = Values::with(v.v[0], bytes, None);
             }
         }
     }
@@ -512,6 +517,11 @@ impl Pattern {
             at = e.pred;
         }
         None
+    }
+
+    /// The bytes op `i`'s bubbles follow ([`CommSig::followed_bytes`]; 0: not in the history).
+    pub fn followed_bytes(&self, i: OpIndex) -> u64 {
+        self.entry(i).map_or(0, |e| e.bytes)
     }
 
     /// Op `i`'s transfer began at `t` (the GPU's clock; what [`Pattern::predict`] compares with
@@ -630,14 +640,20 @@ impl Pattern {
         };
         if let Some(e) = self.hist.get_mut(k as usize) {
             // A second bubble of the same part of an op (rare) replaces the value.
-            e.values[part] = Some(Values::with(ns, older));
+            e.values[part] = Some(Values::with(ns, e.bytes, older));
         }
     }
 
     /// What is expected of bubble `part` of op `i`, opening now.
     pub fn predict(&self, i: OpIndex, part: Part) -> Option<Prediction> {
-        // A wait's shortest value bounds when a transfer may begin: none is set aside.
+        // A wait's shortest value bounds when a transfer may begin: none is set aside, and it is
+        // not scaled (a transfer's wait for its peers is not the micro-batch's).
         let all = self.chain_before(i, part)?;
+        let all = if part == WAIT {
+            all
+        } else {
+            all.for_bytes(self.followed_bytes(i))
+        };
         let vals = if part == WAIT { all } else { all.learnt() };
         let (kept, n) = vals.regime();
         let v = &kept[..n];

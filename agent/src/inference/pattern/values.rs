@@ -1,6 +1,7 @@
 //! The values learnt at a position of the pattern, carried along its chain of predecessors
 //! (newest first), and which of them a prediction is made from.
 use crate::inference::obs::Ns;
+use crate::inference::sizes;
 
 /// Values kept along a chain of predecessors (and an anchor's offsets at a position).
 pub const VALUES: usize = 5;
@@ -12,19 +13,71 @@ const FIRST_ASIDE_UNTIL: usize = 3;
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(super) struct Values {
     pub(super) v: [Ns; VALUES],
+    /// The bytes each value's bubble followed (its op's, [`super::super::obs::CommSig::followed_bytes`]).
+    bytes: [u64; VALUES],
     pub(super) n: usize,
     /// The oldest value kept is the chain's first: the position's first time, in the job's first
     /// iteration (or the agent's first look at a running job).
     pub(super) first: bool,
+    /// Whether the values scaled by their bytes predicted the chain's values better
+    /// ([`sizes::rescored`]).
+    scaled_score: i8,
 }
 
 impl Values {
-    pub(super) fn with(v: Ns, older: Option<Values>) -> Values {
-        let (v, n) = newest_first(v, older.as_ref().map_or(&[], |o| &o.v[..o.n]));
+    /// Value `v` of a bubble that followed `bytes`, after the `older` values of its chain.
+    pub(super) fn with(v: Ns, bytes: u64, older: Option<Values>) -> Values {
+        let (vs, n) = newest_first(v, older.as_ref().map_or(&[], |o| &o.v[..o.n]));
+        let (b, _) = newest_first(bytes, older.as_ref().map_or(&[], |o| &o.bytes[..o.n]));
+        let scaled_score = older.map_or(0, |o| {
+            let scaled = o.scaled_to(bytes).and_then(|s| s.expected());
+            sizes::rescored(o.scaled_score, o.expected(), scaled, v)
+        });
         Values {
-            v,
+            v: vs,
+            bytes: b,
             n,
             first: older.is_none_or(|o| o.first && o.n < VALUES),
+            scaled_score,
+        }
+    }
+
+    /// The values as they would be for a bubble that follows `bytes` ([`sizes::scaled`]).
+    fn scaled_to(&self, bytes: u64) -> Option<Values> {
+        let v = sizes::scaled(&self.v[..self.n], &self.bytes[..self.n], bytes)?;
+        Some(Values {
+            v,
+            bytes: [bytes; VALUES],
+            ..*self
+        })
+    }
+
+    /// What the values predict: the median of [`Values::regime`] of [`Values::learnt`], with its
+    /// mean deviation; `None` while fewer than two agree.
+    fn expected_and_spread(&self) -> Option<(Ns, Ns)> {
+        let (kept, n) = self.learnt().regime();
+        if n < 2 {
+            return None;
+        }
+        let v = &kept[..n];
+        let m = median(v);
+        Some((m, v.iter().map(|&x| x.abs_diff(m)).sum::<Ns>() / n as Ns))
+    }
+
+    fn expected(&self) -> Option<Ns> {
+        self.expected_and_spread().map(|(m, _)| m)
+    }
+
+    /// The values to predict a bubble that follows `bytes` from: these, or these scaled to it
+    /// where the chain's record or their steadiness says so ([`sizes::prefer_scaled`]).
+    pub(super) fn for_bytes(self, bytes: u64) -> Values {
+        let Some(s) = self.scaled_to(bytes) else {
+            return self;
+        };
+        match (self.expected_and_spread(), s.expected_and_spread()) {
+            (Some(p), Some(q)) if sizes::prefer_scaled(self.scaled_score, p, q) => s,
+            (None, Some(_)) if self.scaled_score > 0 => s,
+            _ => self,
         }
     }
 

@@ -3,7 +3,6 @@
 //! begin plus the shortest wait learnt at its position or from its partners' begins; an op not
 //! seen to begin that can, from its issue.
 use super::*;
-use crate::inference::obs::CommKind;
 
 /// An op that began and has not ended: the earliest time it may start transferring.
 #[derive(Clone, Copy, Debug)]
@@ -42,21 +41,12 @@ impl Timeline {
         Some((o.bubble.start, o.anchor?, o.learn_from))
     }
 
-    /// How many bytes the open bubble's part follows: what the op at its position receives (a
-    /// group's bytes less its largest send, where it sends and receives) or moves (a send, a
-    /// collective); 0 when that op is no longer in flight or moves nothing known. Where
-    /// micro-batches' sequence lengths vary, what a bubble waits for often varies with them: the
-    /// message it waits for, or the one sent before it (the next stage computes that micro-batch
-    /// and returns its gradient). What [`super::super::anchors`] scales an offset by, where that
-    /// predicted the offsets better.
+    /// The bytes the open bubble's part follows: those of the op at its position
+    /// ([`CommSig::followed_bytes`]; 0: none open, or the op left the pattern's history). What
+    /// [`super::super::anchors`] scales an offset by ([`super::super::sizes`]).
     pub fn open_part_bytes(&self) -> u64 {
-        let Some((_, (pos, _), _)) = self.open_part() else {
-            return 0;
-        };
-        self.ops
-            .values()
-            .find(|o| o.pos == pos)
-            .map_or(0, |o| awaited_bytes(&o.sig))
+        self.open_part()
+            .map_or(0, |(_, (pos, _), _)| self.pattern.followed_bytes(pos))
     }
 
     /// The earliest time an op in flight is known to transfer from, from its partners' begins
@@ -194,13 +184,5 @@ impl Timeline {
             let now = self.now;
             self.refresh(now);
         }
-    }
-}
-
-/// What an op waits to move (see [`Timeline::open_part_bytes`]).
-fn awaited_bytes(sig: &CommSig) -> u64 {
-    match sig.kind {
-        CommKind::SendRecv => sig.bytes.saturating_sub(sig.largest_send),
-        _ => sig.bytes,
     }
 }
