@@ -8,8 +8,9 @@
 //! length, an anchored offset: [`super::pattern`], [`super::anchors`]) are then steadier scaled by
 //! the bytes of the op each was learnt at; elsewhere scaling only adds the sizes' spread. So each
 //! chain of values keeps a score of which of the two predicted its next value better, and a
-//! prediction is made from the scaled values where that score says so (or, with no record yet,
-//! where they are clearly steadier). Where sizes do not vary nothing changes.
+//! prediction is made from the scaled values where that score says so (an anchor's offsets also
+//! where, with no record yet, the scaled ones are clearly steadier). Where sizes do not vary
+//! nothing changes.
 use super::obs::Ns;
 use super::pattern::VALUES;
 

@@ -52,31 +52,22 @@ impl Values {
         })
     }
 
-    /// What the values predict: the median of [`Values::regime`] of [`Values::learnt`], with its
-    /// mean deviation; `None` while fewer than two agree.
-    fn expected_and_spread(&self) -> Option<(Ns, Ns)> {
-        let (kept, n) = self.learnt().regime();
-        if n < 2 {
-            return None;
-        }
-        let v = &kept[..n];
-        let m = median(v);
-        Some((m, v.iter().map(|&x| x.abs_diff(m)).sum::<Ns>() / n as Ns))
-    }
-
+    /// What the values predict: the median of [`Values::regime`] of [`Values::learnt`]; `None`
+    /// while fewer than two agree.
     fn expected(&self) -> Option<Ns> {
-        self.expected_and_spread().map(|(m, _)| m)
+        let (kept, n) = self.learnt().regime();
+        (n >= 2).then(|| median(&kept[..n]))
     }
 
     /// The values to predict a bubble that follows `bytes` from: these, or these scaled to it
-    /// where the chain's record or their steadiness says so ([`sizes::prefer_scaled`]).
+    /// where they predicted the chain's values better ([`Values::scaled_score`] above 0). Unlike
+    /// an anchor's offsets, a length is not scaled on steadiness alone: a bubble's length from
+    /// its start holds more than the micro-batch it waits for, and with two or three values the
+    /// scaled ones were steadier by chance often enough to cost torchtitan's ZBV job with noise
+    /// 0.02-0.03 of its harvest (paired runs, docs/performance.md 2026-12-08).
     pub(super) fn for_bytes(self, bytes: u64) -> Values {
-        let Some(s) = self.scaled_to(bytes) else {
-            return self;
-        };
-        match (self.expected_and_spread(), s.expected_and_spread()) {
-            (Some(p), Some(q)) if sizes::prefer_scaled(self.scaled_score, p, q) => s,
-            (None, Some(_)) if self.scaled_score > 0 => s,
+        match self.scaled_to(bytes) {
+            Some(s) if self.scaled_score > 0 => s,
             _ => self,
         }
     }
