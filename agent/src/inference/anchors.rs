@@ -467,22 +467,10 @@ mod tests {
     fn a_bubble_that_waits_for_an_upstream_stage_ends_a_learnt_time_after_that_stage_resumed() {
         // The data comes 20 ms after the upstream host woke: its bubble's length from its start
         // varies by 3 ms, its end from the upstream stage's resumption by nothing.
-        for (predicted, end) in job(|wake| wake + 20 * MS) {
-            let predicted = predicted.expect("the position was learnt");
-            assert!(
-                predicted.abs_diff(end) <= 100_000,
-                "predicted {predicted}, ended {end}"
-            );
-        }
+        assert_predicted(job(|wake| wake + 20 * MS));
         // The data comes 22 ms after the drain whenever the upstream host wakes: its start
         // predicts it, the upstream stage's resumption does not.
-        for (predicted, end) in job(|_| 22 * MS) {
-            let predicted = predicted.expect("the position was learnt");
-            assert!(
-                predicted.abs_diff(end) <= 100_000,
-                "predicted {predicted}, ended {end}"
-            );
-        }
+        assert_predicted(job(|_| 22 * MS));
     }
 
     #[test]
@@ -600,6 +588,17 @@ mod tests {
         out.split_off(7)
     }
 
+    /// Each bubble's end predicted within the records' error.
+    fn assert_predicted(runs: Vec<(Option<Ns>, Ns)>) {
+        for (predicted, end) in runs {
+            let predicted = predicted.expect("the position was learnt");
+            assert!(
+                predicted.abs_diff(end) <= 100_000,
+                "predicted {predicted}, ended {end}"
+            );
+        }
+    }
+
     /// Message sizes of a job whose micro-batches' sequence lengths vary by up to 20 %.
     const SIZES: [u64; 10] = [
         1_000_000, 820_000, 1_180_000, 940_000, 1_100_000, 860_000, 1_200_000, 900_000, 1_150_000,
@@ -613,26 +612,14 @@ mod tests {
         // 20 ms per megabyte of what the downstream stage receives after it. Without scaling the
         // median of the newest offsets predicted it up to 4 ms off.
         let per_mb = |b: u64| b * 20 * MS / 1_000_000;
-        for (predicted, end) in sized_job(SIZES, |wake, b| wake + per_mb(b)) {
-            let predicted = predicted.expect("the position was learnt");
-            assert!(
-                predicted.abs_diff(end) <= 100_000,
-                "predicted {predicted}, ended {end}"
-            );
-        }
+        assert_predicted(sized_job(SIZES, |wake, b| wake + per_mb(b)));
     }
 
     #[test]
     fn an_offset_that_does_not_follow_the_sizes_is_not_scaled() {
         // The sizes vary as above, but the data comes 20 ms after the upstream stage resumed
         // whatever its size: the plain offsets predict it, scaled ones would be up to 4 ms off.
-        for (predicted, end) in sized_job(SIZES, |wake, _| wake + 20 * MS) {
-            let predicted = predicted.expect("the position was learnt");
-            assert!(
-                predicted.abs_diff(end) <= 100_000,
-                "predicted {predicted}, ended {end}"
-            );
-        }
+        assert_predicted(sized_job(SIZES, |wake, _| wake + 20 * MS));
     }
 
     #[test]
