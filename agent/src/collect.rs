@@ -178,7 +178,7 @@ impl Collector {
         }
     }
 
-    /// The last poll left records in a ring (it took [`MAX_PER_POLL`] from it): the next step
+    /// The last poll left records in a ring (it took the most a poll takes, 128 records, from it): the next step
     /// should not wait.
     pub fn backlog(&self) -> bool {
         self.backlog
