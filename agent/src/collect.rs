@@ -178,8 +178,8 @@ impl Collector {
         }
     }
 
-    /// The last poll left records in a ring (it took the most a poll takes, 128 records, from it): the next step
-    /// should not wait.
+    /// The last poll left records in a ring (it took the most a poll takes, 128 records, from
+    /// it): the next step should not wait.
     pub fn backlog(&self) -> bool {
         self.backlog
     }
