@@ -5,7 +5,7 @@ use super::anchor::{
 };
 use super::driver::{Driver, CUDA_ERROR_NOT_READY, CUDA_SUCCESS, DRIVER};
 use super::notify;
-use super::pool::{self, Pair, Pool, ARMED, FREE, POOL, POOLS, POOL_GEN, WHAT_WAIT};
+use super::pool::{self, Pair, Pool, POOL, POOLS, POOL_GEN, WHAT_WAIT};
 use crate::rt;
 use freeride_abi::doorbell::{Doorbell, DOORBELL_FILE};
 use freeride_abi::event::Untimed;
@@ -275,14 +275,9 @@ fn waiter(lane: usize, gen: u32) {
 fn oldest_armed(lane: u32) -> Option<(usize, u64)> {
     let k = notify::pool_of(lane as usize - 1);
     let pool = POOL.get(k).filter(|p| p.ready())?;
-    pool.pairs
-        .iter()
-        .enumerate()
-        .map(|(i, p)| (k * pool::PAIRS + i, p))
-        .filter(|(_, p)| {
-            p.state.load(Ordering::Acquire) == ARMED && p.lane.load(Ordering::Relaxed) == lane
-        })
-        .map(|(i, p)| (i, p.arm_seq.load(Ordering::Relaxed)))
+    pool::armed_in(pool)
+        .filter(|(_, p)| p.lane.load(Ordering::Relaxed) == lane)
+        .map(|(j, p)| (k * pool::PAIRS + j, p.arm_seq.load(Ordering::Relaxed)))
         .min_by_key(|&(_, arm)| arm)
 }
 
@@ -340,10 +335,7 @@ fn poll_once(d: &Driver, tid: u32, woken: bool) -> Polled {
     let Some(query) = d.event_query else {
         return r;
     };
-    for (pool, p) in pool::all_pairs() {
-        if p.state.load(Ordering::Acquire) != ARMED {
-            continue;
-        }
+    for (pool, j, p) in pool::armed_pairs() {
         if p.seen.swap(1, Ordering::Relaxed) == 0 {
             r.changed = true;
         }
@@ -377,7 +369,7 @@ fn poll_once(d: &Driver, tid: u32, woken: bool) -> Polled {
                 Kind::CommUntimed
             };
             push(pool, p, k, now_ns(), tid, 0);
-            p.state.store(FREE, Ordering::Release);
+            pool::free_armed(pool, j);
         };
         if p.begin_done.load(Ordering::Relaxed) == 0 {
             let ev = p.ev_b.load(Ordering::Relaxed);
@@ -421,7 +413,7 @@ fn poll_once(d: &Driver, tid: u32, woken: bool) -> Polled {
                 emit(k_end, t, unc);
                 r.changed = true;
                 r.reported = true;
-                p.state.store(FREE, Ordering::Release);
+                pool::free_armed(pool, j);
             }
             CUDA_ERROR_NOT_READY => {
                 r.polled_pending |= polled;

@@ -7,7 +7,9 @@
 //! Hook path: the pool of the context the stream's work runs in (`cuStreamGetCtx`: a process that
 //! drives several GPUs from one thread queues on streams of contexts that are not current) is
 //! found by comparing its handle with at most [`POOLS`] slots; a pair is claimed with a CAS; the
-//! events are recorded with the real driver. No lock, no allocation, no system call of ours. Work that cannot be timed is told why
+//! events are recorded with the real driver, and an armed pair's bit is set in its pool's bitmap
+//! (the poller and the waiters look at those pairs only). No lock, no allocation, no system call
+//! of ours. Work that cannot be timed is told why
 //! ([`Untimed`]), so that the caller says so at once ([`super::untimed_op`]).
 use super::anchor::Anchor;
 use super::driver::{Driver, CU_EVENT_BLOCKING_SYNC, DRIVER};
@@ -20,12 +22,14 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, A
 
 /// Pairs per pool.
 pub(super) const PAIRS: usize = 256;
+/// Words of a pool's bitmap of armed pairs.
+const ARMED_WORDS: usize = PAIRS / 64;
 /// Contexts timed per process (one per GPU for a process that drives several).
 pub(super) const POOLS: usize = 8;
 
-pub(super) const FREE: u32 = 0;
+const FREE: u32 = 0;
 const CLAIMED: u32 = 1;
-pub(super) const ARMED: u32 = 2;
+const ARMED: u32 = 2;
 
 /// What a pair times.
 pub(super) const WHAT_OP: u32 = 0;
@@ -90,6 +94,10 @@ pub(super) struct Pool {
     next: AtomicUsize,
     pub(super) anchor: Anchor,
     pub(super) pairs: [Pair; PAIRS],
+    /// Bit `j` set: pair `j` is armed (set after its state, cleared before it is freed). The
+    /// poller and the waiters look at the armed pairs only: a scan of every pair's state touched
+    /// 256 cache lines at each wake-up, several times per op.
+    armed: [AtomicU64; ARMED_WORDS],
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -100,6 +108,7 @@ const POOL_INIT: Pool = Pool {
     next: AtomicUsize::new(0),
     anchor: Anchor::new(),
     pairs: [PAIR_INIT; PAIRS],
+    armed: [const { AtomicU64::new(0) }; ARMED_WORDS],
 };
 
 pub(super) static POOL: [Pool; POOLS] = [POOL_INIT; POOLS];
@@ -123,11 +132,45 @@ pub(super) fn pair(i: usize) -> Option<(&'static Pool, &'static Pair)> {
     Some((p, &p.pairs[i % PAIRS]))
 }
 
-/// Every pair of every pool, with its pool.
-pub(super) fn all_pairs() -> impl Iterator<Item = (&'static Pool, &'static Pair)> {
+/// The armed pairs of every ready pool, in index order, each with its pool and its index there.
+pub(super) fn armed_pairs() -> impl Iterator<Item = (&'static Pool, usize, &'static Pair)> {
     POOL.iter()
         .filter(|p| p.ready())
-        .flat_map(|p| p.pairs.iter().map(move |q| (p, q)))
+        .flat_map(|p| armed_in(p).map(move |(j, q)| (p, j, q)))
+}
+
+/// The armed pairs of `pool`, in index order, with their index: those whose bit was set when
+/// its word was read and whose state is still `ARMED`.
+pub(super) fn armed_in(pool: &Pool) -> impl Iterator<Item = (usize, &Pair)> + '_ {
+    pool.armed
+        .iter()
+        .enumerate()
+        .flat_map(|(w, word)| Bits(word.load(Ordering::Acquire)).map(move |b| w * 64 + b))
+        .map(move |j| (j, &pool.pairs[j]))
+        .filter(|(_, p)| p.state.load(Ordering::Acquire) == ARMED)
+}
+
+/// The set bits of a word, lowest first.
+struct Bits(u64);
+
+impl Iterator for Bits {
+    type Item = usize;
+    fn next(&mut self) -> Option<usize> {
+        if self.0 == 0 {
+            return None;
+        }
+        let b = self.0.trailing_zeros() as usize;
+        self.0 &= self.0 - 1;
+        Some(b)
+    }
+}
+
+/// Frees armed pair `j` of `pool` (poller side): its bit first, then its state. The pair can be
+/// claimed again only once it reads `FREE`, so the bit its next arming sets comes after the one
+/// cleared here.
+pub(super) fn free_armed(pool: &Pool, j: usize) {
+    pool.armed[j / 64].fetch_and(!(1u64 << (j % 64)), Ordering::Relaxed);
+    pool.pairs[j].state.store(FREE, Ordering::Release);
 }
 
 fn timing_on() -> bool {
@@ -309,6 +352,10 @@ pub(super) fn end(
     });
     p.lane.store(lane.unwrap_or(0), Ordering::Relaxed);
     p.state.store(ARMED, Ordering::Release);
+    // After the state (a pair whose bit is read is armed), before the wake-up (the poll it
+    // triggers finds the bit).
+    let j = i % PAIRS;
+    POOL[k].armed[j / 64].fetch_or(1u64 << (j % 64), Ordering::Release);
     if let (Some(d), Some(lane)) = (notified, lane) {
         if notify::doorbell_needed(lane) && !notify::arm(d, lane, p.ev_b.load(Ordering::Relaxed)) {
             p.lane.store(0, Ordering::Relaxed);
@@ -327,9 +374,7 @@ pub(super) fn abandon(i: usize) {
 
 /// Whether any pair is armed (the poller renews anchors only while work is timed).
 pub(super) fn any_armed(pool: &Pool) -> bool {
-    pool.pairs
-        .iter()
-        .any(|p| p.state.load(Ordering::Relaxed) == ARMED)
+    pool.armed.iter().any(|w| w.load(Ordering::Relaxed) != 0)
 }
 
 /// Fork child: the parent's events, contexts and poller are not ours.
@@ -339,10 +384,50 @@ pub(super) fn reset_after_fork() {
         for p in pool.pairs.iter() {
             p.state.store(FREE, Ordering::Relaxed);
         }
+        for w in pool.armed.iter() {
+            w.store(0, Ordering::Relaxed);
+        }
         pool.anchor.reset();
         pool.gpu.store(-1, Ordering::Relaxed);
         pool.state.store(EMPTY, Ordering::Relaxed);
         pool.ctx.store(0, Ordering::Relaxed);
     }
     POLLER_STARTED.store(false, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arm(pool: &Pool, j: usize) {
+        pool.pairs[j].state.store(ARMED, Ordering::Release);
+        pool.armed[j / 64].fetch_or(1u64 << (j % 64), Ordering::Release);
+    }
+
+    fn armed(pool: &Pool) -> Vec<usize> {
+        armed_in(pool).map(|(j, _)| j).collect()
+    }
+
+    #[test]
+    fn only_armed_pairs_are_looked_at_in_index_order_until_freed() {
+        let pool = POOL_INIT;
+        assert!(!any_armed(&pool) && armed(&pool).is_empty());
+        for j in [200, 3, 64, 255, 63] {
+            arm(&pool, j);
+        }
+        assert_eq!(armed(&pool), [3, 63, 64, 200, 255]);
+        // A bit whose pair is not armed (set before its state, or a claim in progress) is
+        // passed over, and a pair armed without its bit yet is found once the bit is set.
+        pool.armed[0].fetch_or(1 << 7, Ordering::Release);
+        pool.pairs[100].state.store(ARMED, Ordering::Release);
+        assert_eq!(armed(&pool), [3, 63, 64, 200, 255]);
+        free_armed(&pool, 64);
+        assert_eq!(pool.pairs[64].state.load(Ordering::Relaxed), FREE);
+        assert_eq!(armed(&pool), [3, 63, 200, 255]);
+        for j in [3, 63, 200, 255, 7] {
+            free_armed(&pool, j);
+        }
+        assert!(!any_armed(&pool), "{:?}", pool.armed);
+        assert!(armed(&pool).is_empty());
+    }
 }
